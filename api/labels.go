@@ -1,0 +1,46 @@
+package api
+
+// Well-known labels and annotations. Kubernetes' own names are used where a
+// Kubernetes user would look for them; Flotilla's live under flotilla.dev.
+const (
+	// LabelSource marks an object applied by a GitSource: "<namespace>.<name>".
+	LabelSource = "flotilla.dev/source"
+	// AnnotationSourceCommit records the commit an object was last applied from.
+	AnnotationSourceCommit = "flotilla.dev/commit"
+	// AnnotationReconcile opts an object out of drift correction when "disabled".
+	AnnotationReconcile = "flotilla.dev/reconcile"
+	// LabelAutonomy on a Node means its pods are never evicted for unreachability.
+	LabelAutonomy = "node.flotilla.dev/autonomy"
+	// NodeLabelPrefix is the label prefix a node may set on itself.
+	NodeLabelPrefix = "node.flotilla.dev/"
+
+	// AnnotationMirrorPod marks a pod that mirrors a static pod on a device.
+	AnnotationMirrorPod = "kubernetes.io/config.mirror"
+	// LabelServiceName ties an EndpointSlice to its Service.
+	LabelServiceName = "kubernetes.io/service-name"
+	// LabelManagedBy names the controller that owns an EndpointSlice.
+	LabelManagedBy = "endpointslice.kubernetes.io/managed-by"
+	// LabelPodTemplateHash distinguishes the ReplicaSets of one Deployment.
+	LabelPodTemplateHash = "pod-template-hash"
+	// LabelHostname is set on every Node to its name.
+	LabelHostname = "kubernetes.io/hostname"
+	// LabelArch and LabelOS describe a Node's platform.
+	LabelArch = "kubernetes.io/arch"
+	LabelOS   = "kubernetes.io/os"
+	// LabelZone is the default topology key for spreading.
+	LabelZone = "topology.kubernetes.io/zone"
+
+	// Namespaces that exist from the hub's first start.
+	NamespaceDefault   = "default"
+	NamespaceNodeLease = "kube-node-lease"
+	NamespaceSystem    = "flotilla-system"
+)
+
+// Network defaults shared by the hub's allocators and the agents.
+const (
+	ClusterCIDR   = "10.42.0.0/16"
+	ServiceCIDR   = "10.43.0.0/16"
+	NodePortMin   = 30000
+	NodePortMax   = 32767
+	MaxObjectSize = 1 << 20
+)

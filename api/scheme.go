@@ -1,0 +1,32 @@
+package api
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+
+	"flotilla.dev/flotilla/api/v1alpha1"
+)
+
+// Scheme knows every kind the hub serves, in the versions it serves them.
+var Scheme = runtime.NewScheme()
+
+// Codecs encodes and decodes the kinds in Scheme.
+var Codecs = serializer.NewCodecFactory(Scheme)
+
+func init() {
+	utilruntime.Must(corev1.AddToScheme(Scheme))
+	utilruntime.Must(appsv1.AddToScheme(Scheme))
+	utilruntime.Must(coordinationv1.AddToScheme(Scheme))
+	utilruntime.Must(discoveryv1.AddToScheme(Scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(Scheme))
+	// Status, Table, WatchEvent and the options types travel unversioned.
+	metav1.AddToGroupVersion(Scheme, schema.GroupVersion{Version: "v1"})
+	utilruntime.Must(metav1.AddMetaToScheme(Scheme))
+}

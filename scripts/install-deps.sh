@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs, from Debian's packages, what the hub, the agents and the tests
+# need on this machine, and starts containerd where it is not running.
+# Safe to run again; does nothing that is already done.
+set -euo pipefail
+
+pkgs=(containerd runc containernetworking-plugins iptables iproute2 conntrack docker-registry git ca-certificates procps)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "$(id -u)" != 0 ]; then
+  [ ${#missing[@]} -eq 0 ] || echo "install-deps: not root; missing ${missing[*]} (tests that need them will skip)" >&2
+  exit 0
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# Debian's docker-registry package starts a registry on :5000 as a service;
+# tests start their own on loopback ports, so the packaged one is left alone.
+
+if ! [ -S /run/containerd/containerd.sock ] || ! ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1; then
+  echo "install-deps: starting containerd"
+  mkdir -p /run/containerd /var/log/flotilla
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-system-running >/dev/null 2>&1; then
+    systemctl start containerd
+  else
+    nohup containerd >/var/log/flotilla/containerd.log 2>&1 &
+  fi
+  for _ in $(seq 1 50); do
+    ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+fi
+ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1 || { echo "install-deps: containerd did not start" >&2; exit 1; }
+modprobe br_netfilter 2>/dev/null || true
