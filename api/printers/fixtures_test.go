@@ -190,7 +190,7 @@ func fixtures() map[string]runtime.Object {
 		}},
 		"endpointslices": &discoveryv1.EndpointSliceList{Items: []discoveryv1.EndpointSlice{
 			{ObjectMeta: objMeta("web-abc12", time.Hour), AddressType: discoveryv1.AddressTypeIPv4,
-				Ports: []discoveryv1.EndpointPort{{Port: ptr(int32(8080))}, {Name: ptr("metrics")}},
+				Ports:     []discoveryv1.EndpointPort{{Port: ptr(int32(8080))}, {Name: ptr("metrics")}},
 				Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.42.1.7"}}, {Addresses: []string{"10.42.2.3"}}, {Addresses: []string{"10.42.3.9"}}, {Addresses: []string{"10.42.4.2"}}, {Addresses: []string{"10.42.5.5"}}}},
 			{ObjectMeta: objMeta("lonely-x1", time.Hour), AddressType: discoveryv1.AddressTypeIPv4},
 		}},
