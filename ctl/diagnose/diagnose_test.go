@@ -18,7 +18,7 @@ import (
 var now = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func before(d time.Duration) metav1.Time { return metav1.NewTime(now.Add(-d)) }
-func ptr[T any](v T) *T               { return &v }
+func ptr[T any](v T) *T                  { return &v }
 
 const image = "registry.shop.local:5000/web@sha256:4f1c0ffee"
 
