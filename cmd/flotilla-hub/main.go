@@ -1,0 +1,101 @@
+// Command flotilla-hub runs the Flotilla hub: the fleet's API, store,
+// controllers and GitOps sources.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"flotilla.dev/flotilla/hub"
+	"flotilla.dev/flotilla/internal/config"
+	"flotilla.dev/flotilla/internal/version"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRoot().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "flotilla-hub",
+		Short:         "The Flotilla hub: the fleet's API, controllers and GitOps sources",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newServe(), newVersion())
+	return root
+}
+
+func newVersion() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), version.String("flotilla-hub"))
+		},
+	}
+}
+
+func newServe() *cobra.Command {
+	var cfgFile string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the hub",
+		Long: `Run the hub. Every flag is also a key in the config file
+(/etc/flotilla/hub.yaml) and an environment variable FLOTILLA_<KEY>
+(dashes become underscores: FLOTILLA_DATA_DIR).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, err := config.Load(cmd, cfgFile, cmd.Flags().Changed("config"))
+			if err != nil {
+				return err
+			}
+			log := newLogger(v.GetString("log-level"))
+			slog.SetDefault(log)
+			h, err := hub.New(hub.Config{
+				DataDir:        v.GetString("data-dir"),
+				Listen:         v.GetString("listen"),
+				TLSSANs:        v.GetStringSlice("tls-san"),
+				AllowTagImages: v.GetBool("allow-tag-images"),
+				AdvertiseURL:   v.GetString("advertise-url"),
+				RunLoops:       true,
+				Loops:          loops(),
+				Log:            log,
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "flotilla-hub %s serving %s; admin kubeconfig: %s\n", version.Version, h.URL(), h.KubeconfigPath())
+			return h.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfgFile, "config", "/etc/flotilla/hub.yaml", "config file (YAML; keys are the flag names)")
+	f.String("data-dir", "/var/lib/flotilla/hub", "directory for state.db, pki/ and admin.kubeconfig")
+	f.String("listen", "0.0.0.0:6443", "HTTPS address of the API")
+	f.StringSlice("tls-san", nil, "extra DNS names or IPs for the serving certificate")
+	f.String("advertise-url", "", "API URL written into kubeconfigs (default: from --listen)")
+	f.Bool("allow-tag-images", false, "admit images referenced by tag instead of digest (not recommended)")
+	f.String("log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}

@@ -1,0 +1,451 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/hub/store"
+)
+
+// cachedObject is one object as the cache holds it: decoded (never mutated
+// once cached; callers deep-copy before changing it) and encoded once, with
+// its resourceVersion set, so lists and watches never re-encode it.
+type cachedObject struct {
+	obj    runtime.Object
+	raw    []byte
+	labels labels.Set
+	fields fields.Set
+	rev    int64
+}
+
+// cacheEvent is one change seen by the cache. Its encoding as a watch
+// event is computed at most once, for every watcher that receives it.
+type cacheEvent struct {
+	typ  watch.EventType
+	res  *api.Resource
+	key  string
+	cur  *cachedObject // the object after the change (for deletes: its last state)
+	prev *cachedObject // nil for creations
+	rev  int64
+
+	once    sync.Once
+	encoded []byte
+}
+
+func (e *cacheEvent) line() []byte {
+	e.once.Do(func() { e.encoded = watchLine(e.typ, e.cur.raw) })
+	return e.encoded
+}
+
+func watchLine(typ watch.EventType, raw []byte) []byte {
+	b := make([]byte, 0, len(raw)+32)
+	b = append(b, `{"type":"`...)
+	b = append(b, typ...)
+	b = append(b, `","object":`...)
+	b = append(b, raw...)
+	b = append(b, "}\n"...)
+	return b
+}
+
+// watchCache mirrors the whole store in memory, following the store's
+// watch. It serves lists, gets and watches; a bounded window of recent
+// events lets watches resume from a recent resourceVersion.
+type watchCache struct {
+	log        *slog.Logger
+	store      store.Store
+	window     int
+	bufferSize int
+
+	mu       sync.RWMutex
+	rev      int64
+	objects  map[*api.Resource]map[string]*cachedObject
+	ring     []*cacheEvent // the last len(ring) events, oldest at ringHead
+	ringHead int
+	ringLen  int
+	// oldest is the revision after which every event is still in the ring:
+	// a watch may start from any rv >= oldest.
+	oldest   int64
+	watchers map[*api.Resource]map[*cacheWatcher]struct{}
+	changed  chan struct{} // closed and replaced whenever rev moves
+	ready    chan struct{}
+	metrics  *metrics
+}
+
+type cacheWatcher struct {
+	res *api.Resource
+	ch  chan *cacheEvent
+	// closed by the cache when the watcher fell behind.
+	dropped bool
+}
+
+func newWatchCache(log *slog.Logger, st store.Store, window, bufferSize int, m *metrics) *watchCache {
+	c := &watchCache{
+		log:        log,
+		store:      st,
+		window:     window,
+		bufferSize: bufferSize,
+		objects:    map[*api.Resource]map[string]*cachedObject{},
+		ring:       make([]*cacheEvent, window),
+		watchers:   map[*api.Resource]map[*cacheWatcher]struct{}{},
+		changed:    make(chan struct{}),
+		ready:      make(chan struct{}),
+		metrics:    m,
+	}
+	for _, r := range api.Resources() {
+		c.objects[r] = map[string]*cachedObject{}
+		c.watchers[r] = map[*cacheWatcher]struct{}{}
+	}
+	return c
+}
+
+// Run loads the store and follows it until ctx ends. A store watch that
+// fails (compaction overtook it, or it fell behind) is re-established
+// from a fresh list; watchers of the cache are then closed so that their
+// clients re-list, exactly as after a hub restart.
+func (c *watchCache) Run(ctx context.Context) error {
+	first := true
+	for {
+		err := c.loadAndFollow(ctx, first)
+		first = false
+		if ctx.Err() != nil {
+			return nil
+		}
+		c.log.Warn("watch cache lost the store's watch; reloading", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (c *watchCache) loadAndFollow(ctx context.Context, first bool) error {
+	kvs, rev, err := c.store.List(ctx, "/", 0)
+	if err != nil {
+		return fmt.Errorf("listing the store: %w", err)
+	}
+	objects := map[*api.Resource]map[string]*cachedObject{}
+	for _, r := range api.Resources() {
+		objects[r] = map[string]*cachedObject{}
+	}
+	for _, kv := range kvs {
+		res, ns, name, ok := parseKey(kv.Key)
+		if !ok {
+			continue
+		}
+		co, err := c.decode(res, kv.Value, kv.ModRevision)
+		if err != nil {
+			c.log.Error("skipping undecodable object in the store", "key", kv.Key, "err", err)
+			continue
+		}
+		objects[res][cacheKey(ns, name)] = co
+	}
+	c.mu.Lock()
+	c.objects = objects
+	c.rev = rev
+	c.oldest = rev
+	c.ringLen = 0
+	if !first {
+		for _, ws := range c.watchers {
+			for w := range ws {
+				c.dropLocked(w)
+			}
+		}
+	}
+	c.broadcastLocked()
+	c.mu.Unlock()
+	if first {
+		close(c.ready)
+	}
+	ch, err := c.store.Watch(ctx, "/", rev)
+	if err != nil {
+		return fmt.Errorf("watching the store: %w", err)
+	}
+	for res := range ch {
+		if res.Err != nil {
+			return res.Err
+		}
+		for _, ev := range res.Events {
+			c.apply(ev)
+		}
+	}
+	return ctx.Err()
+}
+
+func (c *watchCache) decode(res *api.Resource, data []byte, rev int64) (*cachedObject, error) {
+	obj, err := decodeStored(res, data)
+	if err != nil {
+		return nil, err
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, err
+	}
+	m.SetResourceVersion(strconv.FormatInt(rev, 10))
+	raw, err := encodeObject(res, obj)
+	if err != nil {
+		return nil, err
+	}
+	return &cachedObject{obj: obj, raw: raw, labels: labels.Set(m.GetLabels()), fields: fieldsOf(obj), rev: rev}, nil
+}
+
+func (c *watchCache) apply(ev store.Event) {
+	res, ns, name, ok := parseKey(ev.KV.Key)
+	rev := ev.KV.ModRevision
+	var ce *cacheEvent
+	if ok {
+		co, err := c.decode(res, ev.KV.Value, rev)
+		if err != nil {
+			c.log.Error("skipping undecodable event", "key", ev.KV.Key, "rev", rev, "err", err)
+			ok = false
+		} else {
+			ce = &cacheEvent{res: res, key: cacheKey(ns, name), cur: co, rev: rev}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rev > c.rev {
+		c.rev = rev
+	}
+	if ok {
+		objs := c.objects[res]
+		ce.prev = objs[ce.key]
+		switch {
+		case ev.Type == store.EventDelete:
+			ce.typ = watch.Deleted
+			delete(objs, ce.key)
+		case ce.prev == nil:
+			ce.typ = watch.Added
+			objs[ce.key] = ce.cur
+		default:
+			ce.typ = watch.Modified
+			objs[ce.key] = ce.cur
+		}
+		c.pushLocked(ce)
+		for w := range c.watchers[res] {
+			select {
+			case w.ch <- ce:
+			default:
+				c.dropLocked(w)
+			}
+		}
+	}
+	c.broadcastLocked()
+}
+
+func (c *watchCache) pushLocked(ce *cacheEvent) {
+	if c.window == 0 {
+		c.oldest = ce.rev
+		return
+	}
+	if c.ringLen == c.window {
+		// The oldest event leaves the window: watches must now start after it.
+		c.oldest = c.ring[c.ringHead].rev
+		c.ring[c.ringHead] = ce
+		c.ringHead = (c.ringHead + 1) % c.window
+		return
+	}
+	c.ring[(c.ringHead+c.ringLen)%c.window] = ce
+	c.ringLen++
+}
+
+func (c *watchCache) dropLocked(w *cacheWatcher) {
+	if w.dropped {
+		return
+	}
+	w.dropped = true
+	delete(c.watchers[w.res], w)
+	close(w.ch)
+	if c.metrics != nil {
+		c.metrics.watchersDropped.Inc()
+	}
+}
+
+func (c *watchCache) broadcastLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// waitFor blocks until the cache has seen revision rev.
+func (c *watchCache) waitFor(ctx context.Context, rev int64) error {
+	select {
+	case <-c.ready:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for {
+		c.mu.RLock()
+		cur, ch := c.rev, c.changed
+		c.mu.RUnlock()
+		if cur >= rev {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// waitFresh waits until the cache has every write acknowledged before the
+// call, so that a client reads its own writes.
+func (c *watchCache) waitFresh(ctx context.Context) error {
+	cur, _, err := c.store.Revision(ctx)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := c.waitFor(ctx, cur); err != nil {
+		return fmt.Errorf("waiting for the watch cache to reach revision %d: %w", cur, err)
+	}
+	return nil
+}
+
+// filter selects objects for a list or watch.
+type filter struct {
+	namespace string
+	name      string
+	labels    labels.Selector
+	fields    fields.Selector
+}
+
+func (f *filter) matches(co *cachedObject) bool {
+	if co == nil {
+		return false
+	}
+	if f.namespace != "" && co.fields["metadata.namespace"] != f.namespace {
+		return false
+	}
+	if f.name != "" && co.fields["metadata.name"] != f.name {
+		return false
+	}
+	if f.labels != nil && !f.labels.Empty() && !f.labels.Matches(co.labels) {
+		return false
+	}
+	if f.fields != nil && !f.fields.Empty() && !f.fields.Matches(co.fields) {
+		return false
+	}
+	return true
+}
+
+// get returns the cached object, or nil.
+func (c *watchCache) get(res *api.Resource, namespace, name string) *cachedObject {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.objects[res][cacheKey(namespace, name)]
+}
+
+// list returns the matching objects in key order and the revision they are
+// consistent at.
+func (c *watchCache) list(res *api.Resource, f *filter) ([]*cachedObject, int64) {
+	c.mu.RLock()
+	objs := c.objects[res]
+	out := make([]*cachedObject, 0, 16)
+	keys := make([]string, 0, 16)
+	if f.name != "" {
+		if co := objs[cacheKey(f.namespace, f.name)]; f.matches(co) {
+			out, keys = append(out, co), append(keys, "")
+		}
+	} else {
+		for k, co := range objs {
+			if f.matches(co) {
+				out = append(out, co)
+				keys = append(keys, k)
+			}
+		}
+	}
+	rev := c.rev
+	c.mu.RUnlock()
+	sort.Sort(byKey{keys, out})
+	return out, rev
+}
+
+type byKey struct {
+	keys []string
+	objs []*cachedObject
+}
+
+func (b byKey) Len() int           { return len(b.keys) }
+func (b byKey) Less(i, j int) bool { return b.keys[i] < b.keys[j] }
+func (b byKey) Swap(i, j int) {
+	b.keys[i], b.keys[j] = b.keys[j], b.keys[i]
+	b.objs[i], b.objs[j] = b.objs[j], b.objs[i]
+}
+
+var errTooOld = errors.New("too old resource version")
+
+// subscribe registers a watcher of res. With initial, the backlog is the
+// current state (as synthetic ADDED events); otherwise it is every event
+// after fromRev still in the window, or errTooOld.
+func (c *watchCache) subscribe(res *api.Resource, fromRev int64, initial bool, f *filter) (*cacheWatcher, []*cacheEvent, int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var backlog []*cacheEvent
+	if initial {
+		keys := make([]string, 0)
+		objs := make([]*cachedObject, 0)
+		for k, co := range c.objects[res] {
+			if f.matches(co) {
+				keys = append(keys, k)
+				objs = append(objs, co)
+			}
+		}
+		sort.Sort(byKey{keys, objs})
+		for i, co := range objs {
+			backlog = append(backlog, &cacheEvent{typ: watch.Added, res: res, key: keys[i], cur: co, rev: co.rev})
+		}
+	} else {
+		if fromRev < c.oldest {
+			return nil, nil, 0, fmt.Errorf("%w: %d (the oldest this hub can resume from is %d)", errTooOld, fromRev, c.oldest)
+		}
+		for i := 0; i < c.ringLen; i++ {
+			ev := c.ring[(c.ringHead+i)%c.window]
+			if ev.rev > fromRev && ev.res == res {
+				backlog = append(backlog, ev)
+			}
+		}
+	}
+	w := &cacheWatcher{res: res, ch: make(chan *cacheEvent, c.bufferSize)}
+	c.watchers[res][w] = struct{}{}
+	return w, backlog, c.rev, nil
+}
+
+func (c *watchCache) unsubscribe(w *cacheWatcher) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !w.dropped {
+		w.dropped = true
+		delete(c.watchers[w.res], w)
+	}
+}
+
+func (c *watchCache) watcherCount() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := 0
+	for _, ws := range c.watchers {
+		n += len(ws)
+	}
+	return n
+}
+
+func (c *watchCache) revision() int64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.rev
+}

@@ -1,0 +1,154 @@
+package apiserver
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/api/printers"
+)
+
+// outputKind is what the client asked to receive.
+type outputKind int
+
+const (
+	outputObject outputKind = iota
+	outputTable
+	outputMetadata
+)
+
+// negotiate reads the Accept header the way kube-apiserver does: the first
+// acceptable entry wins; tables and partial metadata are asked for with
+// the as=, g= and v= parameters.
+func negotiate(r *http.Request) (outputKind, error) {
+	accept := r.Header.Get("Accept")
+	if accept == "" {
+		return outputObject, nil
+	}
+	for _, part := range strings.Split(accept, ",") {
+		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		if mt != "application/json" && mt != "*/*" && mt != "application/*" && mt != "application/yaml" {
+			continue
+		}
+		switch params["as"] {
+		case "":
+			return outputObject, nil
+		case "Table":
+			if params["g"] == "meta.k8s.io" && (params["v"] == "v1" || params["v"] == "v1beta1") {
+				return outputTable, nil
+			}
+		case "PartialObjectMetadata", "PartialObjectMetadataList":
+			if params["g"] == "meta.k8s.io" && (params["v"] == "v1" || params["v"] == "v1beta1") {
+				return outputMetadata, nil
+			}
+		}
+	}
+	return 0, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusNotAcceptable, Reason: metav1.StatusReasonNotAcceptable,
+		Message: fmt.Sprintf("only application/json (optionally as=Table or as=PartialObjectMetadata of meta.k8s.io/v1) is served, not %q", accept)}}
+}
+
+func tableOptions(r *http.Request) printers.Options {
+	opts := printers.Options{Wide: true, IncludeObject: metav1.IncludeMetadata}
+	if v := r.URL.Query().Get("includeObject"); v != "" {
+		opts.IncludeObject = metav1.IncludeObjectPolicy(v)
+	}
+	return opts
+}
+
+func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, res *api.Resource, code int, obj runtime.Object, raw []byte) error {
+	out, err := negotiate(r)
+	if err != nil {
+		return err
+	}
+	switch out {
+	case outputTable:
+		t, err := printers.Table(obj, tableOptions(r))
+		if err != nil {
+			return apierrors.NewInternalError(err)
+		}
+		writeJSON(w, code, t)
+	case outputMetadata:
+		writeJSON(w, code, partialMetadata(res, obj))
+	default:
+		if raw == nil {
+			raw = mustEncode(res, obj)
+		}
+		writeRaw(w, code, raw)
+	}
+	return nil
+}
+
+func partialMetadata(res *api.Resource, obj runtime.Object) *metav1.PartialObjectMetadata {
+	m, _ := meta.Accessor(obj)
+	pm := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"}}
+	if om, ok := m.(*metav1.ObjectMeta); ok {
+		pm.ObjectMeta = *om.DeepCopy()
+	}
+	return pm
+}
+
+func (s *Server) writeList(w http.ResponseWriter, r *http.Request, res *api.Resource, objs []*cachedObject, rev int64) error {
+	out, err := negotiate(r)
+	if err != nil {
+		return err
+	}
+	rv := strconv.FormatInt(rev, 10)
+	switch out {
+	case outputTable:
+		list := res.NewList()
+		items := make([]runtime.Object, len(objs))
+		for i, co := range objs {
+			items[i] = co.obj
+		}
+		if err := meta.SetList(list, items); err != nil {
+			return apierrors.NewInternalError(err)
+		}
+		lm, _ := meta.ListAccessor(list)
+		lm.SetResourceVersion(rv)
+		t, err := printers.Table(list, tableOptions(r))
+		if err != nil {
+			return apierrors.NewInternalError(err)
+		}
+		writeJSON(w, http.StatusOK, t)
+	case outputMetadata:
+		pl := &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadataList"}}
+		pl.ResourceVersion = rv
+		for _, co := range objs {
+			pl.Items = append(pl.Items, *partialMetadata(res, co.obj))
+		}
+		writeJSON(w, http.StatusOK, pl)
+	default:
+		// Items are already encoded: the list is assembled, not re-encoded.
+		var b bytes.Buffer
+		size := 128
+		for _, co := range objs {
+			size += len(co.raw) + 1
+		}
+		b.Grow(size)
+		head, _ := json.Marshal(map[string]any{"kind": res.ListKind, "apiVersion": res.GVR.GroupVersion().String()})
+		b.Write(head[:len(head)-1])
+		b.WriteString(`,"metadata":{"resourceVersion":"` + rv + `"},"items":[`)
+		for i, co := range objs {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.Write(co.raw)
+		}
+		b.WriteString("]}")
+		writeRaw(w, http.StatusOK, b.Bytes())
+	}
+	return nil
+}

@@ -1,0 +1,316 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"flotilla.dev/flotilla/hub/store"
+)
+
+// Config is what the API server is built from.
+type Config struct {
+	Store         store.Store
+	Authenticator Authenticator
+	Authorizer    Authorizer
+	Log           *slog.Logger
+	// Registry receives the server's metrics and is served on /metrics.
+	Registry *prometheus.Registry
+	// AllowTagImages admits images referenced by tag instead of digest.
+	AllowTagImages bool
+	// WatchWindow is how many recent events a watch can resume from.
+	WatchWindow int
+	// WatcherBuffer is how many events a watcher may lag before it is closed.
+	WatcherBuffer int
+	// ServiceCIDR and the NodePort range for the service allocator.
+	ServiceCIDR  string
+	NodePortBase int
+	NodePortSize int
+	// Extra handlers mounted as they are (OpenAPI, webhooks, ...): path
+	// prefix to handler. Prefixes ending in "/" match subtrees.
+	Extra map[string]http.Handler
+	// Public lists path prefixes served without authentication.
+	Public []string
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// Server is the hub's API server.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	store   store.Store
+	cache   *watchCache
+	metrics *metrics
+	alloc   *serviceAllocator
+	now     func() time.Time
+	ready   chan struct{}
+	// nsQueue carries namespaces being deleted to the namespace finalizer.
+	nsQueue chan string
+}
+
+// maxBodyBytes bounds request bodies; objects are further bounded by
+// api.MaxObjectSize.
+const maxBodyBytes = 3 << 20
+
+// New builds a server; Run must be running for it to answer reads.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("apiserver: a store is required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Authenticator == nil || cfg.Authorizer == nil {
+		return nil, errors.New("apiserver: an authenticator and an authorizer are required")
+	}
+	if cfg.WatchWindow == 0 {
+		cfg.WatchWindow = 50000
+	}
+	if cfg.WatcherBuffer == 0 {
+		cfg.WatcherBuffer = 1000
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	s := &Server{cfg: cfg, log: cfg.Log, store: cfg.Store, now: cfg.Now, ready: make(chan struct{}), nsQueue: make(chan string, 1024)}
+	s.metrics = newMetrics(cfg.Registry, func() *watchCache { return s.cache })
+	s.cache = newWatchCache(cfg.Log, cfg.Store, cfg.WatchWindow, cfg.WatcherBuffer, s.metrics)
+	alloc, err := newServiceAllocator(cfg.ServiceCIDR, cfg.NodePortBase, cfg.NodePortSize)
+	if err != nil {
+		return nil, err
+	}
+	s.alloc = alloc
+	return s, nil
+}
+
+// Run fills the watch cache, creates the namespaces every hub has, and
+// serves the cache and the namespace finalizer until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.cache.Run(ctx) }()
+	select {
+	case <-s.cache.ready:
+	case err := <-errc:
+		return fmt.Errorf("watch cache: %w", err)
+	case <-ctx.Done():
+		return nil
+	}
+	s.alloc.rebuild(s.cache)
+	if err := s.bootstrap(ctx); err != nil {
+		return err
+	}
+	close(s.ready)
+	go s.runNamespaceFinalizer(ctx)
+	s.log.Info("api server ready", "revision", s.cache.revision())
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// Ready is closed when the server can answer requests.
+func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rec := &statusRecorder{ResponseWriter: w}
+	ri, isResource, perr := parseRequest(r)
+	defer func() {
+		if !isResource || ri.Resource == nil {
+			return
+		}
+		res := ri.Resource.GVR.Resource
+		s.metrics.requests.WithLabelValues(ri.Verb, res, ri.Subresource, strconv.Itoa(rec.code())).Inc()
+		if ri.Verb != "watch" {
+			s.metrics.latency.WithLabelValues(ri.Verb, res).Observe(time.Since(start).Seconds())
+		}
+	}()
+
+	path := r.URL.Path
+	switch path {
+	case "/healthz", "/livez":
+		_, _ = io.WriteString(rec, "ok")
+		return
+	case "/readyz":
+		select {
+		case <-s.ready:
+			_, _ = io.WriteString(rec, "ok")
+		default:
+			http.Error(rec, "not ready: the watch cache is loading", http.StatusServiceUnavailable)
+		}
+		return
+	}
+	user, err := s.cfg.Authenticator.Authenticate(r)
+	public := s.isPublic(path)
+	if (err != nil || user == nil) && !public {
+		msg := "Unauthorized: this hub needs a client certificate signed by its CA (use the kubeconfig the hub wrote, or join with a token)"
+		if err != nil {
+			msg = "Unauthorized: " + err.Error()
+		}
+		s.writeError(rec, r, apierrors.NewUnauthorized(msg), nil)
+		return
+	}
+	r = r.WithContext(withUser(r.Context(), user))
+	if perr != nil {
+		s.writeError(rec, r, perr, &ri)
+		return
+	}
+	if !isResource {
+		if !public {
+			if ok := s.authorize(rec, r, Attributes{User: user, Verb: strings.ToLower(r.Method), Path: path}, nil); !ok {
+				return
+			}
+		}
+		s.serveNonResource(rec, r)
+		return
+	}
+	attrs := Attributes{User: user, Verb: ri.Verb, APIGroup: ri.Resource.GVR.Group, Resource: ri.Resource.GVR.Resource,
+		Subresource: ri.Subresource, Namespace: ri.Namespace, Name: ri.Name}
+	if ok := s.authorize(rec, r, attrs, &ri); !ok {
+		return
+	}
+	select {
+	case <-s.ready:
+	default:
+		s.writeError(rec, r, apierrors.NewServiceUnavailable("the hub is starting: its watch cache is loading"), &ri)
+		return
+	}
+	s.serveResource(rec, r, &ri)
+}
+
+func (s *Server) isPublic(path string) bool {
+	if path == "/version" || path == "/version/" {
+		return true
+	}
+	for _, p := range s.cfg.Public {
+		if path == p || (strings.HasSuffix(p, "/") && strings.HasPrefix(path, p)) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, a Attributes, ri *requestInfo) bool {
+	ok, reason, err := s.cfg.Authorizer.Authorize(r.Context(), a)
+	if err != nil {
+		s.writeError(w, r, apierrors.NewInternalError(fmt.Errorf("authorizing: %w", err)), ri)
+		return false
+	}
+	if ok {
+		return true
+	}
+	name := "unknown"
+	if a.User != nil {
+		name = a.User.Name
+	}
+	var e error
+	if ri != nil {
+		e = apierrors.NewForbidden(ri.Resource.GVR.GroupResource(), ri.Name,
+			fmt.Errorf("user %q cannot %s resource %q%s in API group %q%s: %s", name, a.Verb, a.Resource, subSuffix(a.Subresource), a.APIGroup, nsSuffix(a.Namespace), reason))
+	} else {
+		e = &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden,
+			Message: fmt.Sprintf("forbidden: user %q cannot %s path %q: %s", name, a.Verb, a.Path, reason)}}
+	}
+	s.writeError(w, r, e, ri)
+	return false
+}
+
+func subSuffix(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "/" + s
+}
+
+func nsSuffix(ns string) string {
+	if ns == "" {
+		return ""
+	}
+	return " in the namespace " + strconv.Quote(ns)
+}
+
+func (s *Server) serveNonResource(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.Path
+	if path == "/metrics" {
+		promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+		return
+	}
+	for prefix, h := range s.cfg.Extra {
+		if path == prefix || (strings.HasSuffix(prefix, "/") && strings.HasPrefix(path, prefix)) {
+			h.ServeHTTP(w, r)
+			return
+		}
+	}
+	if s.serveDiscovery(w, r) {
+		return
+	}
+	s.writeError(w, r, notFoundPath(r), nil)
+}
+
+type ctxKey int
+
+const userKey ctxKey = 0
+
+func withUser(ctx context.Context, u *UserInfo) context.Context {
+	return context.WithValue(ctx, userKey, u)
+}
+
+// UserFrom returns the authenticated user of a request context.
+func UserFrom(ctx context.Context) *UserInfo {
+	u, _ := ctx.Value(userKey).(*UserInfo)
+	return u
+}
+
+// statusRecorder remembers the response code for metrics and keeps
+// http.Flusher working for watches.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *statusRecorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+func (r *statusRecorder) code() int {
+	if r.status == 0 {
+		return http.StatusOK
+	}
+	return r.status
+}

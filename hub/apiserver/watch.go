@@ -1,0 +1,242 @@
+package apiserver
+
+import (
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/api/printers"
+)
+
+// bookmarkInterval is how often a watch that asked for bookmarks learns
+// the current revision, so that it resumes cheaply after a disconnect.
+var bookmarkInterval = 30 * time.Second
+
+func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, ri *requestInfo) error {
+	f, err := s.listFilter(r, ri)
+	if err != nil {
+		return err
+	}
+	out, err := negotiate(r)
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	ctx := r.Context()
+	rv := q.Get("resourceVersion")
+	sendInitial := q.Get("sendInitialEvents")
+	bookmarks := isTrue(q.Get("allowWatchBookmarks"))
+	timeout := time.Duration(30+rand.IntN(30)) * time.Minute
+	if v := q.Get("timeoutSeconds"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return badRequest("timeoutSeconds %q is not a valid number of seconds", v)
+		}
+		if n > 0 {
+			timeout = time.Duration(n) * time.Second
+		}
+	}
+	var fromRev int64
+	initial := false
+	switch {
+	case sendInitial == "true":
+		// A streaming list: the state at (at least) rv, then a bookmark
+		// that says the initial events are complete.
+		initial = true
+		if !bookmarks {
+			return badRequest("sendInitialEvents requires allowWatchBookmarks=true")
+		}
+		if rv == "" {
+			if err := s.cache.waitFresh(ctx); err != nil {
+				return err
+			}
+		} else if n, err := strconv.ParseInt(rv, 10, 64); err != nil {
+			return badRequest("resourceVersion %q is not a valid resource version", rv)
+		} else if err := s.cache.waitFor(ctx, n); err != nil {
+			return err
+		}
+	case rv == "" || rv == "0":
+		initial = sendInitial != "false"
+		if rv == "" {
+			if err := s.cache.waitFresh(ctx); err != nil {
+				return err
+			}
+		}
+		if !initial {
+			fromRev = s.cache.revision()
+		}
+	default:
+		n, err := strconv.ParseInt(rv, 10, 64)
+		if err != nil || n < 0 {
+			return badRequest("resourceVersion %q is not a valid resource version", rv)
+		}
+		fromRev = n
+		if err := s.cache.waitFor(ctx, n); err != nil {
+			return err
+		}
+	}
+	watcher, backlog, startRev, err := s.cache.subscribe(ri.Resource, fromRev, initial, f)
+	if errors.Is(err, errTooOld) {
+		return apierrors.NewResourceExpired(err.Error())
+	}
+	if err != nil {
+		return err
+	}
+	defer s.cache.unsubscribe(watcher)
+
+	flusher, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-cache, private")
+	w.WriteHeader(http.StatusOK)
+	send := func(line []byte) bool {
+		if _, err := w.Write(line); err != nil {
+			return false
+		}
+		s.metrics.watchEvents.Inc()
+		return true
+	}
+	flush := func() {
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	enc := &eventEncoder{res: ri.Resource, out: out, opts: tableOptions(r)}
+	for _, ev := range backlog {
+		if line := enc.encode(ev, f); line != nil && !send(line) {
+			return nil
+		}
+	}
+	lastRev := startRev
+	if initial && sendInitial == "true" {
+		if !send(enc.bookmark(startRev, true)) {
+			return nil
+		}
+	}
+	flush()
+
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	var tick <-chan time.Time
+	if bookmarks {
+		t := time.NewTicker(bookmarkInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case ev, ok := <-watcher.ch:
+			if !ok {
+				// The watcher fell behind and was dropped: ending the
+				// stream makes the client re-watch or re-list.
+				return nil
+			}
+			lastRev = ev.rev
+			if line := enc.encode(ev, f); line != nil && !send(line) {
+				return nil
+			}
+			if len(watcher.ch) == 0 {
+				flush()
+			}
+		case <-tick:
+			if rev, caughtUp := s.cache.quiescentRev(watcher); caughtUp && rev > lastRev {
+				lastRev = rev
+			}
+			if !send(enc.bookmark(lastRev, false)) {
+				return nil
+			}
+			flush()
+		case <-deadline.C:
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// quiescentRev returns the cache revision if the watcher has consumed
+// every event up to it, so a bookmark can safely name it.
+func (c *watchCache) quiescentRev(w *cacheWatcher) (int64, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.rev, len(w.ch) == 0
+}
+
+// eventEncoder turns cache events into watch stream lines as one watcher
+// sees them (selectors turn updates into additions and removals).
+type eventEncoder struct {
+	res  *api.Resource
+	out  outputKind
+	opts printers.Options
+}
+
+func (e *eventEncoder) encode(ev *cacheEvent, f *filter) []byte {
+	typ := ev.typ
+	cur := f.matches(ev.cur)
+	switch ev.typ {
+	case watch.Added, watch.Deleted:
+		if !cur {
+			return nil
+		}
+	case watch.Modified:
+		prev := f.matches(ev.prev)
+		switch {
+		case cur && prev:
+		case cur:
+			typ = watch.Added
+		case prev:
+			typ = watch.Deleted
+		default:
+			return nil
+		}
+	}
+	switch e.out {
+	case outputTable:
+		t, err := printers.Table(ev.cur.obj, e.opts)
+		if err != nil {
+			return nil
+		}
+		return encodeEvent(typ, t)
+	case outputMetadata:
+		return encodeEvent(typ, partialMetadata(e.res, ev.cur.obj))
+	}
+	if typ == ev.typ {
+		return ev.line()
+	}
+	return watchLine(typ, ev.cur.raw)
+}
+
+func (e *eventEncoder) bookmark(rev int64, initialEnd bool) []byte {
+	obj := e.res.New()
+	if e.out == outputMetadata {
+		obj = &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"}}
+	} else {
+		obj.GetObjectKind().SetGroupVersionKind(e.res.GVK())
+	}
+	m := obj.(metav1.Object)
+	m.SetResourceVersion(strconv.FormatInt(rev, 10))
+	if initialEnd {
+		m.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
+	}
+	if e.out == outputTable {
+		// kubectl ignores bookmarks; send them as the kind itself.
+		obj.GetObjectKind().SetGroupVersionKind(e.res.GVK())
+	}
+	return encodeEvent(watch.Bookmark, obj)
+}
+
+func encodeEvent(typ watch.EventType, obj runtime.Object) []byte {
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return nil
+	}
+	return watchLine(typ, raw)
+}

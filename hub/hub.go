@@ -1,0 +1,220 @@
+package hub
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/rest"
+
+	"flotilla.dev/flotilla/hub/apiserver"
+	"flotilla.dev/flotilla/hub/pki"
+	"flotilla.dev/flotilla/hub/store/boltstore"
+)
+
+// Config is everything the hub is started with. Every field is also a
+// config key, flag and FLOTILLA_ environment variable (see cmd/flotilla-hub).
+type Config struct {
+	// DataDir holds state.db, pki/ and admin.kubeconfig.
+	DataDir string
+	// Listen is the HTTPS address of the API.
+	Listen string
+	// TLSSANs are extra names and IPs for the serving certificate.
+	TLSSANs []string
+	// AllowTagImages admits images referenced by tag instead of digest.
+	AllowTagImages bool
+	// AdvertiseURL is the API URL written into kubeconfigs; derived from
+	// Listen when empty.
+	AdvertiseURL string
+	// RunLoops starts the controllers, scheduler and GitOps sources inside
+	// the hub; off only in tests of the API alone.
+	RunLoops bool
+	// Loops are started with the hub's admin client once the API is up.
+	Loops []Loop
+	Log   *slog.Logger
+}
+
+// Loop is a long-running part that works through the hub's own API.
+type Loop struct {
+	Name string
+	Run  func(ctx context.Context, cfg *rest.Config) error
+}
+
+// Hub is a running hub.
+type Hub struct {
+	cfg      Config
+	log      *slog.Logger
+	store    *boltstore.Store
+	pki      *pki.PKI
+	api      *apiserver.Server
+	listener net.Listener
+	registry *prometheus.Registry
+	url      string
+}
+
+// New opens the data dir and prepares the hub; Run serves it.
+func New(cfg Config) (*Hub, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.DataDir == "" {
+		return nil, errors.New("hub: a data dir is required (--data-dir)")
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the data dir %s: %w", cfg.DataDir, err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	st, err := boltstore.Open(filepath.Join(cfg.DataDir, "state.db"), boltstore.Options{Registerer: reg, Logger: cfg.Log})
+	if err != nil {
+		return nil, fmt.Errorf("opening the store: %w", err)
+	}
+	p, err := pki.LoadOrCreate(filepath.Join(cfg.DataDir, "pki"), pki.Options{SANs: cfg.TLSSANs, Logger: cfg.Log})
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("loading the hub's PKI: %w", err)
+	}
+	srv, err := apiserver.New(apiserver.Config{
+		Store:          st,
+		Authenticator:  apiserver.CertAuthenticator{Verify: p.VerifyClient},
+		Authorizer:     apiserver.AdminAuthorizer{},
+		Log:            cfg.Log,
+		Registry:       reg,
+		AllowTagImages: cfg.AllowTagImages,
+	})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+	}
+	h := &Hub{cfg: cfg, log: cfg.Log, store: st, pki: p, api: srv, listener: ln, registry: reg}
+	h.url = cfg.AdvertiseURL
+	if h.url == "" {
+		h.url = "https://" + advertiseHost(ln.Addr().(*net.TCPAddr))
+	}
+	if err := p.WriteAdminKubeconfig(h.KubeconfigPath(), h.url); err != nil {
+		ln.Close()
+		st.Close()
+		return nil, fmt.Errorf("writing the admin kubeconfig: %w", err)
+	}
+	return h, nil
+}
+
+func advertiseHost(a *net.TCPAddr) string {
+	ip := a.IP
+	if ip == nil || ip.IsUnspecified() {
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	return net.JoinHostPort(ip.String(), fmt.Sprint(a.Port))
+}
+
+// URL is the API's address as written into kubeconfigs.
+func (h *Hub) URL() string { return h.url }
+
+// Addr is the address the API listens on.
+func (h *Hub) Addr() net.Addr { return h.listener.Addr() }
+
+// KubeconfigPath is where the admin kubeconfig is written.
+func (h *Hub) KubeconfigPath() string { return filepath.Join(h.cfg.DataDir, "admin.kubeconfig") }
+
+// AdminConfig is a client config with the admin's credentials.
+func (h *Hub) AdminConfig() *rest.Config {
+	cert, key := h.pki.AdminCredentials()
+	return &rest.Config{
+		Host:            h.url,
+		TLSClientConfig: rest.TLSClientConfig{CAData: h.pki.CACertPEM(), CertData: cert, KeyData: key},
+		QPS:             1000,
+		Burst:           2000,
+	}
+}
+
+// PKI gives the hub's certificate authority (for issuing identities).
+func (h *Hub) PKI() *pki.PKI { return h.pki }
+
+// Run serves until ctx ends, then shuts down in order: the loops, the HTTP
+// server, then the store (pending writes finish).
+func (h *Hub) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer h.store.Close()
+
+	var wg sync.WaitGroup
+	errc := make(chan error, 4+len(h.cfg.Loops))
+	run := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil && ctx.Err() == nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	run("api server", h.api.Run)
+	run("pki", h.pki.Run)
+
+	tlsCfg := h.pki.ServerTLSConfig()
+	tlsCfg.NextProtos = []string{"h2", "http/1.1"}
+	httpSrv := &http.Server{
+		Handler:           h.api,
+		TLSConfig:         tlsCfg,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(h.log.Handler(), slog.LevelDebug),
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := httpSrv.Serve(tls.NewListener(h.listener, tlsCfg))
+		if err != nil && !errors.Is(err, http.ErrServerClosed) && ctx.Err() == nil {
+			errc <- fmt.Errorf("serving HTTPS: %w", err)
+		}
+	}()
+	h.log.Info("hub serving", "url", h.url, "kubeconfig", h.KubeconfigPath(), "dataDir", h.cfg.DataDir)
+
+	select {
+	case <-h.api.Ready():
+		if h.cfg.RunLoops {
+			for _, l := range h.cfg.Loops {
+				l := l
+				run(l.Name, func(ctx context.Context) error { return l.Run(ctx, h.AdminConfig()) })
+			}
+		}
+	case <-ctx.Done():
+	case err := <-errc:
+		cancel()
+		shutdown(httpSrv)
+		wg.Wait()
+		return err
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	cancel()
+	shutdown(httpSrv)
+	wg.Wait()
+	return err
+}
+
+func shutdown(s *http.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		_ = s.Close()
+	}
+}
