@@ -15,11 +15,11 @@ import (
 // supportedFields lists, per kind, the field labels a field selector may
 // use beyond metadata.name and metadata.namespace — the ones clients rely on.
 var supportedFields = map[string][]string{
-	"Pod":       {"spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName", "status.phase", "status.podIP", "status.nominatedNodeName"},
-	"Event":     {"involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type"},
-	"Secret":    {"type"},
-	"Node":      {"spec.unschedulable"},
-	"Namespace": {"status.phase"},
+	"Pod":        {"spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName", "status.phase", "status.podIP", "status.nominatedNodeName"},
+	"Event":      {"involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type"},
+	"Secret":     {"type"},
+	"Node":       {"spec.unschedulable"},
+	"Namespace":  {"status.phase"},
 	"ReplicaSet": {"status.replicas"},
 }
 

@@ -305,7 +305,9 @@ func (s *Server) prepareUpdate(res *api.Resource, subresource string, obj, cur r
 	}
 	validate := validation.ValidateUpdate
 	if subresource == "status" {
-		validate = func(obj, old runtime.Object, _ validation.Options) field.ErrorList { return validation.ValidateStatusUpdate(obj, old) }
+		validate = func(obj, old runtime.Object, _ validation.Options) field.ErrorList {
+			return validation.ValidateStatusUpdate(obj, old)
+		}
 	}
 	if errs := validate(obj, cur, s.validationOptions()); len(errs) > 0 {
 		return nil, invalid(res, cm.GetName(), errs)

@@ -94,7 +94,7 @@ var (
 
 var (
 	listParams   = []param{paramLabelSelector, paramFieldSelector, paramResourceVersion, paramWatch, paramTimeoutSeconds, paramAllowWatchBookmarks, paramLimit, paramContinue}
-	writeParams  = []param{paramDryRun, paramFieldManager}
+	writeParams  = []param{paramDryRun, paramFieldManager, paramFieldValidation}
 	deleteParams = []param{paramDryRun, paramGracePeriod, paramPropagation}
 )
 
