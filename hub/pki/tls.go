@@ -1,0 +1,24 @@
+package pki
+
+import "crypto/tls"
+
+// ServerTLSConfig returns the hub API's TLS configuration: TLS 1.3 only,
+// the current serving certificate (so a renewal by Run takes effect on the
+// next handshake without a restart), and client certificates requested but
+// verified per request by VerifyClient (see the package documentation for
+// why). It offers h2 and http/1.1.
+//
+// Use it with http.Server.ServeTLS(l, "", "") or tls.NewListener; not with
+// httptest.Server.StartTLS, which adds its own certificate to Certificates
+// and, for clients that send no SNI (connections to an IP address), Go's
+// TLS stack then prefers that one over GetCertificate.
+func (p *PKI) ServerTLSConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return &p.serving.Load().tls, nil
+		},
+		ClientAuth: tls.RequestClientCert,
+		NextProtos: []string{"h2", "http/1.1"},
+	}
+}
