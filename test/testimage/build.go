@@ -78,7 +78,7 @@ type result struct {
 var (
 	cacheMu  sync.Mutex
 	binaries = map[string]*binResult{}
-	images   = map[string]*result{}
+	built    = map[string]*result{}
 )
 
 type binResult struct {
@@ -102,10 +102,10 @@ func BuildImage(reg *Registry, name, source string, opts Options) (Image, error)
 	optKey, _ := json.Marshal(opts)
 	key := reg.Host + "|" + name + "|" + source + "|" + string(optKey)
 	cacheMu.Lock()
-	r, ok := images[key]
+	r, ok := built[key]
 	if !ok {
 		r = &result{done: make(chan struct{})}
-		images[key] = r
+		built[key] = r
 	}
 	cacheMu.Unlock()
 	if ok {

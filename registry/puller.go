@@ -1,0 +1,216 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/remotes"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/platforms"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+var (
+	// ErrImageNotFound is returned when the registry does not have the image.
+	ErrImageNotFound = errors.New("image not found in the registry")
+	// ErrUntrusted is returned when the Verifier refuses an image.
+	ErrUntrusted = errors.New("image refused by the trust policy")
+)
+
+// DefaultSnapshotter is the snapshotter images are unpacked into.
+const DefaultSnapshotter = "overlayfs"
+
+// Verifier decides whether an image may be unpacked on this device. Puller
+// calls it once per new image, after resolving the reference to its
+// manifest (or index) descriptor and before fetching layers; the resolver
+// lets it fetch what it needs (for cosign, the signature manifest).
+type Verifier interface {
+	Verify(ctx context.Context, ref Reference, target ocispec.Descriptor, resolver remotes.Resolver) error
+}
+
+// PullerConfig configures a Puller.
+type PullerConfig struct {
+	// Namespace is the containerd namespace images live in (required).
+	Namespace string
+	// Registries says how to reach registries.
+	Registries Config
+	// Policy is the digest policy; the zero value requires digests.
+	Policy Policy
+	// Snapshotter defaults to DefaultSnapshotter.
+	Snapshotter string
+	// Platform like "linux/arm64"; defaults to the host's.
+	Platform string
+	// Verifier, when set, must accept every image before it is unpacked.
+	Verifier Verifier
+}
+
+// Puller pulls and unpacks images into one containerd namespace.
+type Puller struct {
+	client   *containerd.Client
+	cfg      PullerConfig
+	resolver remotes.Resolver
+	platform platforms.MatchComparer
+
+	mu       sync.Mutex
+	inflight map[string]*pullCall
+}
+
+type pullCall struct {
+	done chan struct{}
+	res  Pulled
+	err  error
+}
+
+// Pulled is the outcome of a pull.
+type Pulled struct {
+	Ref   Reference
+	Image containerd.Image
+	// Digest is the digest the reference resolved to (manifest or index):
+	// the image ID a pod status reports.
+	Digest digest.Digest
+	// Fetched is false when the image was already present and unpacked.
+	Fetched bool
+	// Size is the image's content size in bytes.
+	Size int64
+}
+
+// NewPuller checks the configuration and returns a Puller.
+func NewPuller(client *containerd.Client, cfg PullerConfig) (*Puller, error) {
+	if cfg.Namespace == "" {
+		return nil, fmt.Errorf("%w: the containerd namespace is empty", ErrInvalidConfig)
+	}
+	if err := cfg.Registries.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Snapshotter == "" {
+		cfg.Snapshotter = DefaultSnapshotter
+	}
+	p := &Puller{client: client, cfg: cfg, resolver: cfg.Registries.Resolver(), inflight: map[string]*pullCall{}}
+	if cfg.Platform != "" {
+		pl, err := platforms.Parse(cfg.Platform)
+		if err != nil {
+			return nil, fmt.Errorf("%w: platform %q: %v", ErrInvalidConfig, cfg.Platform, err)
+		}
+		p.platform = platforms.Only(pl)
+	} else {
+		p.platform = platforms.Default()
+	}
+	return p, nil
+}
+
+// Pull makes the image present and unpacked. Concurrent pulls of one
+// reference share the work.
+func (p *Puller) Pull(ctx context.Context, image string) (Pulled, error) {
+	ref, err := p.cfg.Policy.Parse(image)
+	if err != nil {
+		return Pulled{}, err
+	}
+	key := ref.String()
+	p.mu.Lock()
+	if c, ok := p.inflight[key]; ok {
+		p.mu.Unlock()
+		select {
+		case <-c.done:
+			return c.res, c.err
+		case <-ctx.Done():
+			return Pulled{}, ctx.Err()
+		}
+	}
+	c := &pullCall{done: make(chan struct{})}
+	p.inflight[key] = c
+	p.mu.Unlock()
+
+	c.res, c.err = p.pull(ctx, ref)
+	p.mu.Lock()
+	delete(p.inflight, key)
+	p.mu.Unlock()
+	close(c.done)
+	return c.res, c.err
+}
+
+// Present returns the image when it is already present and unpacked.
+func (p *Puller) Present(ctx context.Context, ref Reference) (Pulled, bool, error) {
+	ctx = namespaces.WithNamespace(ctx, p.cfg.Namespace)
+	img, err := p.client.GetImage(ctx, ref.PullName())
+	if errdefs.IsNotFound(err) {
+		return Pulled{}, false, nil
+	}
+	if err != nil {
+		return Pulled{}, false, fmt.Errorf("look up image %s: %w", ref, err)
+	}
+	ok, err := img.IsUnpacked(ctx, p.cfg.Snapshotter)
+	if err != nil || !ok {
+		return Pulled{}, false, err
+	}
+	size, _ := img.Size(ctx)
+	return Pulled{Ref: ref, Image: img, Digest: img.Target().Digest, Size: size}, true, nil
+}
+
+func (p *Puller) pull(ctx context.Context, ref Reference) (Pulled, error) {
+	if got, ok, err := p.Present(ctx, ref); err != nil || ok {
+		return got, err
+	}
+	ctx = namespaces.WithNamespace(ctx, p.cfg.Namespace)
+	_, desc, err := p.resolver.Resolve(ctx, ref.PullName())
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return Pulled{}, fmt.Errorf("%w: %s: %v", ErrImageNotFound, ref, err)
+		}
+		return Pulled{}, fmt.Errorf("resolve %s: %w", ref, err)
+	}
+	if ref.Pinned() && desc.Digest != ref.Digest {
+		return Pulled{}, fmt.Errorf("resolve %s: registry answered digest %s", ref, desc.Digest)
+	}
+	if p.cfg.Verifier != nil {
+		if err := p.cfg.Verifier.Verify(ctx, ref, desc, p.resolver); err != nil {
+			return Pulled{}, fmt.Errorf("%w: %s: %w", ErrUntrusted, ref, err)
+		}
+	}
+	// Pull what was verified: by digest, even when the reference is a tag
+	// that may have moved since.
+	byDigest := ref.Name() + "@" + desc.Digest.String()
+	img, err := p.client.Pull(ctx, byDigest,
+		containerd.WithResolver(p.resolver),
+		containerd.WithPullUnpack,
+		containerd.WithPullSnapshotter(p.cfg.Snapshotter),
+		containerd.WithPlatformMatcher(p.platform),
+	)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return Pulled{}, fmt.Errorf("%w: %s: %v", ErrImageNotFound, ref, err)
+		}
+		return Pulled{}, fmt.Errorf("pull %s: %w", ref, err)
+	}
+	if !ref.Pinned() {
+		if err := p.tag(ctx, ref.PullName(), img.Target()); err != nil {
+			return Pulled{}, err
+		}
+		img, err = p.client.GetImage(ctx, ref.PullName())
+		if err != nil {
+			return Pulled{}, fmt.Errorf("look up image %s after pull: %w", ref, err)
+		}
+	}
+	size, _ := img.Size(ctx)
+	return Pulled{Ref: ref, Image: img, Digest: desc.Digest, Fetched: true, Size: size}, nil
+}
+
+// tag records a tag reference as an image pointing at what was pulled.
+func (p *Puller) tag(ctx context.Context, name string, target ocispec.Descriptor) error {
+	is := p.client.ImageService()
+	img := images.Image{Name: name, Target: target}
+	if _, err := is.Create(ctx, img); err != nil {
+		if !errdefs.IsAlreadyExists(err) {
+			return fmt.Errorf("record image %s: %w", name, err)
+		}
+		if _, err := is.Update(ctx, img, "target"); err != nil {
+			return fmt.Errorf("update image %s: %w", name, err)
+		}
+	}
+	return nil
+}
