@@ -2,5 +2,6 @@
 // kinds, served beside the Kubernetes ones.
 //
 // +k8s:deepcopy-gen=package
+// +k8s:openapi-gen=true
 // +groupName=flotilla.dev
 package v1alpha1

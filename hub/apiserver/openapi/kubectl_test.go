@@ -140,9 +140,11 @@ func TestKubectlExplain(t *testing.T) {
 }
 
 // TestKubectlApplyLeavesValidationToServer checks that kubectl apply, with
-// its default --validate=strict, finds fieldValidation declared and so sends
-// fieldValidation=Strict instead of refusing or validating on its own. The
-// configmaps endpoint here is a stand-in that records the create.
+// its default --validate=strict, finds fieldValidation declared and so
+// leaves validation to the server (fieldValidation=Strict) instead of
+// validating on its own. The manifest has an unknown field: kubectl's own
+// validation would refuse it, so a create reaching the stand-in configmaps
+// endpoint proves kubectl trusted the server.
 func TestKubectlApplyLeavesValidationToServer(t *testing.T) {
 	created := make(chan string, 1)
 	run := kubectlAgainst(t, func(mux *http.ServeMux) {
@@ -165,7 +167,7 @@ func TestKubectlApplyLeavesValidationToServer(t *testing.T) {
 		})
 	})
 	manifest := filepath.Join(t.TempDir(), "cm.yaml")
-	if err := os.WriteFile(manifest, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  a: b\n"), 0o600); err != nil {
+	if err := os.WriteFile(manifest, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  a: b\nunknownField: 1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out, err := run("apply", "-f", manifest)

@@ -86,6 +86,9 @@ var (
 		"Return at most this many objects, and a continue token when more remain.")
 	paramContinue = query("continue", "string",
 		"The continue token of the previous page, to fetch the next one.")
+	paramSendInitialEvents = query("sendInitialEvents", "boolean",
+		"With watch=true and allowWatchBookmarks=true: start the watch with an ADDED event for every "+
+			"existing object, then a BOOKMARK annotated k8s.io/initial-events-end.")
 
 	paramBody = param{name: "body", kind: common.BodyParameterKind, required: true}
 	// The body of a DELETE (DeleteOptions) may be left out.
@@ -93,9 +96,13 @@ var (
 )
 
 var (
-	listParams   = []param{paramLabelSelector, paramFieldSelector, paramResourceVersion, paramWatch, paramTimeoutSeconds, paramAllowWatchBookmarks, paramLimit, paramContinue}
-	writeParams  = []param{paramDryRun, paramFieldManager, paramFieldValidation}
-	deleteParams = []param{paramDryRun, paramGracePeriod, paramPropagation}
+	listParams = []param{paramLabelSelector, paramFieldSelector, paramResourceVersion, paramWatch, paramTimeoutSeconds,
+		paramAllowWatchBookmarks, paramSendInitialEvents, paramLimit, paramContinue}
+	// The legacy /watch/ paths always watch.
+	watchParams    = []param{paramLabelSelector, paramFieldSelector, paramResourceVersion, paramTimeoutSeconds, paramAllowWatchBookmarks, paramSendInitialEvents}
+	writeParams    = []param{paramDryRun, paramFieldManager, paramFieldValidation}
+	deleteParams   = []param{paramDryRun, paramGracePeriod, paramPropagation}
+	selectorParams = []param{paramLabelSelector, paramFieldSelector}
 )
 
 // response is one status code of an operation and the type of its body.
@@ -211,17 +218,18 @@ func routesFor(r *api.Resource) []*route {
 	tag := tagFor(gv)
 	kind := r.Kind
 
-	scope, collection := "", root+"/"+r.GVR.Resource
+	scope, collection, watchCollection := "", root+"/"+r.GVR.Resource, root+"/watch/"+r.GVR.Resource
 	var scopeParams []param
 	if r.Namespaced {
 		scope = "Namespaced"
 		collection = root + "/namespaces/{namespace}/" + r.GVR.Resource
+		watchCollection = root + "/watch/namespaces/{namespace}/" + r.GVR.Resource
 		scopeParams = []param{paramNamespace}
 	}
 	item := collection + "/{name}"
 	itemParams := append(append([]param(nil), scopeParams...), paramName)
 	obj, list := r.New(), r.NewList()
-	status := &metav1.Status{}
+	event := &metav1.WatchEvent{}
 
 	mk := func(method, path, verb, suffix, action, desc string, params []param) *route {
 		return &route{
@@ -251,10 +259,27 @@ func routesFor(r *api.Resource) []*route {
 	out = append(out, listRoute)
 
 	if r.Namespaced {
-		all := mk(http.MethodGet, root+"/"+r.GVR.Resource, "list", "ForAllNamespaces", "list", "list or watch objects of kind "+kind+" in every namespace", listParams)
+		all := mk(http.MethodGet, root+"/"+r.GVR.Resource, "list", "", "list", "list or watch objects of kind "+kind+" in every namespace", listParams)
 		all.opID = "list" + opGV + kind + "ForAllNamespaces"
 		all.produces = []string{mimeJSON, mimeJSONWatch}
 		all.responses = []response{{http.StatusOK, list}}
+		out = append(out, all)
+	}
+
+	// The /watch/ paths predate ?watch=true; older clients still use them.
+	watchList := mk(http.MethodGet, watchCollection, "watch", "List", "watchlist", "watch changes to objects of kind "+kind, join(scopeParams, watchParams))
+	watchList.produces = []string{mimeJSON, mimeJSONWatch}
+	watchList.responses = []response{{http.StatusOK, event}}
+	out = append(out, watchList)
+	watchOne := mk(http.MethodGet, watchCollection+"/{name}", "watch", "", "watch", "watch changes to an object of kind "+kind, join(itemParams, watchParams))
+	watchOne.produces = []string{mimeJSON, mimeJSONWatch}
+	watchOne.responses = []response{{http.StatusOK, event}}
+	out = append(out, watchOne)
+	if r.Namespaced {
+		all := mk(http.MethodGet, root+"/watch/"+r.GVR.Resource, "watch", "", "watchlist", "watch changes to objects of kind "+kind+" in every namespace", watchParams)
+		all.opID = "watch" + opGV + kind + "ListForAllNamespaces"
+		all.produces = []string{mimeJSON, mimeJSONWatch}
+		all.responses = []response{{http.StatusOK, event}}
 		out = append(out, all)
 	}
 
@@ -266,11 +291,20 @@ func routesFor(r *api.Resource) []*route {
 
 	out = append(out, itemRoutes(mk, item, "", "the specified "+kind, itemParams, obj, join)...)
 
+	// A delete answers with the object while it terminates (deletionTimestamp
+	// set, finalizers pending) or as it was removed.
 	del := mk(http.MethodDelete, item, "delete", "", "delete", "delete a "+kind, join(itemParams, deleteParams, []param{paramDeleteBody}))
 	del.consumes = []string{mimeJSON}
 	del.body = &metav1.DeleteOptions{}
-	del.responses = []response{{http.StatusOK, status}, {http.StatusAccepted, status}}
+	del.responses = []response{{http.StatusOK, obj}, {http.StatusAccepted, obj}}
 	out = append(out, del)
+
+	delAll := mk(http.MethodDelete, collection, "delete", "", "deletecollection", "delete a collection of "+kind, join(scopeParams, selectorParams, deleteParams, []param{paramDeleteBody}))
+	delAll.opID = "delete" + opGV + "Collection" + scope + kind
+	delAll.consumes = []string{mimeJSON}
+	delAll.body = &metav1.DeleteOptions{}
+	delAll.responses = []response{{http.StatusOK, list}}
+	out = append(out, delAll)
 
 	if r.HasStatus {
 		out = append(out, itemRoutes(mk, item+"/status", "Status", "status of the specified "+kind, itemParams, obj, join)...)

@@ -121,9 +121,15 @@ func operationIDAndTags(r common.Route) (string, []string, error) {
 // Install mounts the documents on mux at /openapi/v2, /openapi/v3 and
 // /openapi/v3/<group-version>.
 func (s *Server) Install(mux *http.ServeMux) {
-	mux.Handle(PathV2, s)
-	mux.Handle(PathV3, s)
-	mux.Handle(PathV3+"/", s)
+	for path, h := range s.Handlers() {
+		mux.Handle(path, h)
+	}
+}
+
+// Handlers maps each served path (a prefix when it ends in "/") to the
+// server, in the form of apiserver.Config.Extra.
+func (s *Server) Handlers() map[string]http.Handler {
+	return map[string]http.Handler{PathV2: s, PathV3: s, PathV3 + "/": s}
 }
 
 // ServeHTTP serves GET and HEAD of /openapi/v2, /openapi/v3 and

@@ -271,9 +271,22 @@ func TestV2DeclaresQueryParameters(t *testing.T) {
 		return schema.GroupVersionKind{}
 	}
 
+	actionOf := func(op *openapi_v2.Operation) string {
+		for _, e := range op.GetVendorExtension() {
+			if e.GetName() == extensionAction {
+				var v string
+				if err := yaml.Unmarshal([]byte(e.GetValue().GetYaml()), &v); err != nil {
+					t.Fatalf("operation %s: bad %s: %v", op.GetOperationId(), extensionAction, err)
+				}
+				return v
+			}
+		}
+		return ""
+	}
 	type opInfo struct {
 		params map[string]bool
 		path   string
+		action string
 	}
 	ops := map[schema.GroupVersionKind]map[string][]opInfo{} // gvk -> method -> ops
 	for _, item := range doc.GetPaths().GetPath() {
@@ -293,15 +306,21 @@ func TestV2DeclaresQueryParameters(t *testing.T) {
 			if ops[gvk] == nil {
 				ops[gvk] = map[string][]opInfo{}
 			}
-			ops[gvk][method] = append(ops[gvk][method], opInfo{params: params, path: item.GetName()})
+			ops[gvk][method] = append(ops[gvk][method], opInfo{params: params, path: item.GetName(), action: actionOf(op)})
 		}
 	}
 
 	for _, r := range api.Resources() {
 		byMethod := ops[r.GVK()]
-		for _, method := range []string{"get", "post", "put", "patch", "delete"} {
-			if len(byMethod[method]) == 0 {
-				t.Errorf("%s: no %s operation", r.GVK(), method)
+		actions := map[string]bool{}
+		for _, list := range byMethod {
+			for _, op := range list {
+				actions[op.action] = true
+			}
+		}
+		for _, a := range []string{"get", "list", "post", "put", "patch", "delete", "deletecollection", "watch", "watchlist"} {
+			if !actions[a] {
+				t.Errorf("%s: no operation with %s %q (has %v)", r.GVK(), extensionAction, a, actions)
 			}
 		}
 		for _, method := range []string{"post", "put", "patch"} {
@@ -326,7 +345,7 @@ func TestV2DeclaresQueryParameters(t *testing.T) {
 				continue
 			}
 			lists++
-			for _, p := range []string{"labelSelector", "fieldSelector", "resourceVersion", "timeoutSeconds", "allowWatchBookmarks", "limit", "continue"} {
+			for _, p := range []string{"labelSelector", "fieldSelector", "resourceVersion", "timeoutSeconds", "allowWatchBookmarks", "sendInitialEvents", "limit", "continue"} {
 				if !op.params[p] {
 					t.Errorf("%s list %s: no %s parameter", r.Kind, op.path, p)
 				}
@@ -348,6 +367,23 @@ func TestV2DeclaresQueryParameters(t *testing.T) {
 				t.Errorf("%s: has a status subresource but no PATCH .../status operation", r.Kind)
 			}
 		}
+	}
+	legacyWatch := false
+	for _, item := range doc.GetPaths().GetPath() {
+		if item.GetName() != "/api/v1/watch/namespaces/{namespace}/pods" {
+			continue
+		}
+		legacyWatch = true
+		for _, code := range item.GetValue().GetGet().GetResponses().GetResponseCode() {
+			if code.GetName() == "200" {
+				if ref := code.GetValue().GetResponse().GetSchema().GetSchema().GetXRef(); ref != "#/definitions/io.k8s.apimachinery.pkg.apis.meta.v1.WatchEvent" {
+					t.Errorf("legacy pod watch answers %q, want WatchEvent", ref)
+				}
+			}
+		}
+	}
+	if !legacyWatch {
+		t.Error("no /api/v1/watch/namespaces/{namespace}/pods path")
 	}
 	binding := ops[schema.GroupVersionKind{Version: "v1", Kind: "Binding"}]["post"]
 	if len(binding) != 1 || binding[0].path != "/api/v1/namespaces/{namespace}/pods/{name}/binding" {
@@ -534,6 +570,32 @@ func TestRefusals(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("POST %s: status %d, want 405", PathV2, resp.StatusCode)
+	}
+}
+
+// TestHandlersByPrefix serves the documents the way the apiserver mounts
+// extra handlers: exact paths, and subtrees for keys ending in "/".
+func TestHandlersByPrefix(t *testing.T) {
+	s, err := New(api.Resources())
+	if err != nil {
+		t.Fatal(err)
+	}
+	handlers := s.Handlers()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for prefix, h := range handlers {
+			if r.URL.Path == prefix || (strings.HasSuffix(prefix, "/") && strings.HasPrefix(r.URL.Path, prefix)) {
+				h.ServeHTTP(w, r)
+				return
+			}
+		}
+		http.NotFound(w, r)
+	}))
+	defer srv.Close()
+	for _, path := range []string{PathV2, PathV3, PathV3 + "/api/v1", PathV3 + "/apis/flotilla.dev/v1alpha1"} {
+		resp := get(t, srv, path, map[string]string{"Accept": "application/json"})
+		if resp.StatusCode != http.StatusOK || !json.Valid(readBody(t, resp)) {
+			t.Errorf("GET %s: status %d or not JSON", path, resp.StatusCode)
+		}
 	}
 }
 
