@@ -1,0 +1,201 @@
+package cni
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/containernetworking/cni/libcni"
+)
+
+// Defaults from Flotilla's contracts.
+const (
+	DefaultConfDir     = "/etc/cni/net.d"
+	DefaultCacheDir    = "/var/lib/cni"
+	DefaultIPAMDataDir = "/var/lib/cni/networks"
+	DefaultNetworkName = "flotilla"
+	DefaultBridge      = "flotilla0"
+	DefaultConfFile    = "10-flotilla.conflist"
+	// CNIVersion is the newest version Debian's plugins (1.1) speak.
+	CNIVersion = "1.0.0"
+	// generatedKey marks a conflist Flotilla wrote, which it may rewrite.
+	generatedKey = "flotilla.dev/generated"
+)
+
+// DefaultBinDirs are searched in order for plugins.
+var DefaultBinDirs = []string{"/opt/cni/bin", "/usr/lib/cni"}
+
+// ErrConfig is returned for a configuration that cannot work.
+var ErrConfig = errors.New("invalid CNI configuration")
+
+// Config says where CNI lives and, for the default network, what it is.
+type Config struct {
+	ConfDir  string
+	BinDirs  []string
+	CacheDir string
+	// PodCIDR is the node's pod range (Node.spec.podCIDR); required to
+	// write the default network.
+	PodCIDR string
+	// NetworkName, BridgeName and IPAMDataDir shape the default network.
+	NetworkName string
+	BridgeName  string
+	IPAMDataDir string
+	// IfName is the pod's interface; "eth0" when empty.
+	IfName string
+}
+
+func (c Config) withDefaults() Config {
+	if c.ConfDir == "" {
+		c.ConfDir = DefaultConfDir
+	}
+	if len(c.BinDirs) == 0 {
+		c.BinDirs = DefaultBinDirs
+	}
+	if c.CacheDir == "" {
+		c.CacheDir = DefaultCacheDir
+	}
+	if c.NetworkName == "" {
+		c.NetworkName = DefaultNetworkName
+	}
+	if c.BridgeName == "" {
+		c.BridgeName = DefaultBridge
+	}
+	if c.IPAMDataDir == "" {
+		c.IPAMDataDir = DefaultIPAMDataDir
+	}
+	if c.IfName == "" {
+		c.IfName = "eth0"
+	}
+	return c
+}
+
+// DefaultConfList renders the default network for c.
+func DefaultConfList(c Config) ([]byte, error) {
+	c = c.withDefaults()
+	_, cidr, err := net.ParseCIDR(c.PodCIDR)
+	if err != nil {
+		return nil, fmt.Errorf("%w: pod CIDR %q: %v (set the node's spec.podCIDR, e.g. 10.42.3.0/24)", ErrConfig, c.PodCIDR, err)
+	}
+	if len(c.BridgeName) > 15 {
+		return nil, fmt.Errorf("%w: bridge name %q is longer than 15 characters", ErrConfig, c.BridgeName)
+	}
+	defaultRoute := "0.0.0.0/0"
+	if cidr.IP.To4() == nil {
+		defaultRoute = "::/0"
+	}
+	conf := map[string]any{
+		"cniVersion": CNIVersion,
+		"name":       c.NetworkName,
+		generatedKey: true,
+		"plugins": []any{
+			map[string]any{
+				"type":        "bridge",
+				"bridge":      c.BridgeName,
+				"isGateway":   true,
+				"ipMasq":      true,
+				"hairpinMode": true,
+				"ipam": map[string]any{
+					"type":    "host-local",
+					"ranges":  [][]map[string]string{{{"subnet": cidr.String()}}},
+					"routes":  []map[string]string{{"dst": defaultRoute}},
+					"dataDir": c.IPAMDataDir,
+				},
+			},
+			map[string]any{
+				"type":         "portmap",
+				"capabilities": map[string]bool{"portMappings": true},
+			},
+		},
+	}
+	return json.MarshalIndent(conf, "", "  ")
+}
+
+// confFiles lists the conf dir's network files in the order CNI runtimes
+// use: sorted by name, the first wins.
+func confFiles(dir string) ([]string, error) {
+	files, err := libcni.ConfFiles(dir, []string{".conf", ".conflist", ".json"})
+	if err != nil {
+		return nil, fmt.Errorf("read CNI conf dir %s: %w", dir, err)
+	}
+	sort.Strings(files)
+	return files, nil
+}
+
+// EnsureDefaultConfig writes the default conflist when the conf dir has no
+// network of its own; a conflist Flotilla wrote earlier is rewritten when
+// it differs (the pod CIDR changed). It returns the file that will be used
+// and whether it wrote it.
+func EnsureDefaultConfig(c Config) (path string, written bool, err error) {
+	c = c.withDefaults()
+	files, err := confFiles(c.ConfDir)
+	if err != nil {
+		return "", false, err
+	}
+	ours := filepath.Join(c.ConfDir, DefaultConfFile)
+	for _, f := range files {
+		if f != ours || !generated(f) {
+			return files[0], false, nil
+		}
+	}
+	want, err := DefaultConfList(c)
+	if err != nil {
+		return "", false, err
+	}
+	if have, err := os.ReadFile(ours); err == nil && bytes.Equal(have, want) {
+		return ours, false, nil
+	}
+	if err := os.MkdirAll(c.ConfDir, 0o755); err != nil {
+		return "", false, fmt.Errorf("create CNI conf dir: %w", err)
+	}
+	tmp := ours + ".tmp"
+	if err := os.WriteFile(tmp, want, 0o644); err != nil {
+		return "", false, fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, ours); err != nil {
+		os.Remove(tmp)
+		return "", false, fmt.Errorf("write %s: %w", ours, err)
+	}
+	return ours, true, nil
+}
+
+func generated(path string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	var m map[string]any
+	if json.Unmarshal(b, &m) != nil {
+		return false
+	}
+	v, _ := m[generatedKey].(bool)
+	return v
+}
+
+// loadConfList reads a .conflist, or wraps a single-plugin .conf/.json.
+func loadConfList(path string) (*libcni.NetworkConfigList, error) {
+	if filepath.Ext(path) == ".conflist" {
+		l, err := libcni.ConfListFromFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrConfig, path, err)
+		}
+		return l, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	conf, err := libcni.NetworkPluginConfFromBytes(b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrConfig, path, err)
+	}
+	l, err := libcni.ConfListFromConf(conf)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrConfig, path, err)
+	}
+	return l, nil
+}
