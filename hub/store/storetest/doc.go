@@ -1,0 +1,6 @@
+// Package storetest owns the contract every store.Store implementation must
+// meet: Run exercises CRUD with preconditions, listing at the latest and at
+// past revisions, the shared revision counter, watches (replay then live,
+// prefix filtering, compaction, slow consumers, cancellation), concurrent
+// writers and, given a reopen hook, durability across a restart.
+package storetest
