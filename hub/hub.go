@@ -17,7 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/rest"
 
+	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/hub/apiserver"
+	"flotilla.dev/flotilla/hub/apiserver/openapi"
 	"flotilla.dev/flotilla/hub/pki"
 	"flotilla.dev/flotilla/hub/store/boltstore"
 )
@@ -84,7 +86,13 @@ func New(cfg Config) (*Hub, error) {
 		st.Close()
 		return nil, fmt.Errorf("loading the hub's PKI: %w", err)
 	}
+	oapi, err := openapi.New(api.Resources())
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("building the OpenAPI documents: %w", err)
+	}
 	srv, err := apiserver.New(apiserver.Config{
+		Extra:          oapi.Handlers(),
 		Store:          st,
 		Authenticator:  apiserver.CertAuthenticator{Verify: p.VerifyClient},
 		Authorizer:     apiserver.AdminAuthorizer{},

@@ -82,7 +82,7 @@ func newServe() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfgFile, "config", "/etc/flotilla/hub.yaml", "config file (YAML; keys are the flag names)")
+	f.StringVar(&cfgFile, "config", "/etc/flotilla/hub.yaml", "config file (YAML; keys are the flag names; empty for none)")
 	f.String("data-dir", "/var/lib/flotilla/hub", "directory for state.db, pki/ and admin.kubeconfig")
 	f.String("listen", "0.0.0.0:6443", "HTTPS address of the API")
 	f.StringSlice("tls-san", nil, "extra DNS names or IPs for the serving certificate")

@@ -11,11 +11,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"flotilla.dev/flotilla/api"
 )
+
+var protobufSerializer = protobuf.NewSerializer(api.Scheme, api.Scheme)
 
 // encodeObject writes obj as JSON with its apiVersion and kind set.
 func encodeObject(res *api.Resource, obj runtime.Object) ([]byte, error) {
@@ -61,6 +64,14 @@ func bodyToJSON(r *http.Request, body []byte) ([]byte, error) {
 	switch ct {
 	case "", "application/json", "application/merge-patch+json", "application/json-patch+json", "application/strategic-merge-patch+json":
 		return body, nil
+	case "application/vnd.kubernetes.protobuf":
+		// client-go's generated clients send protobuf; the rest of the
+		// request path works on JSON.
+		obj, _, err := protobufSerializer.Decode(body, nil, nil)
+		if err != nil {
+			return nil, badRequest("the request body is not a valid protobuf-encoded object: %v", err)
+		}
+		return json.Marshal(obj)
 	case "application/yaml", "application/apply-patch+yaml", "text/yaml":
 		j, err := yaml.YAMLToJSON(body)
 		if err != nil {
