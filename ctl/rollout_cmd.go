@@ -1,0 +1,343 @@
+package ctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/api/printers"
+	"flotilla.dev/flotilla/ctl/diagnose"
+	"flotilla.dev/flotilla/ctl/output"
+	"flotilla.dev/flotilla/ctl/rollout"
+)
+
+func (a *App) rolloutCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "rollout", Short: "Follow, list, undo and restart the rollouts of deployments and daemonsets"}
+
+	var follow bool
+	var timeout time.Duration
+	status := &cobra.Command{
+		Use:   "status (deployment|daemonset) NAME | KIND/NAME",
+		Short: "Follow a rollout until it is done; fail with the reason when it cannot finish",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, name, err := rolloutTarget(args)
+			if err != nil {
+				return err
+			}
+			return a.rolloutStatus(cmd.Context(), r, name, follow, timeout)
+		},
+	}
+	status.Flags().BoolVarP(&follow, "watch", "w", true, "follow the rollout until it is done")
+	status.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0: never)")
+
+	var revision int64
+	history := &cobra.Command{
+		Use:   "history deployment NAME | deployment/NAME",
+		Short: "List a deployment's revisions",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, name, err := rolloutTarget(args)
+			if err != nil {
+				return err
+			}
+			return a.rolloutHistory(cmd.Context(), r, name, revision)
+		},
+	}
+	history.Flags().Int64Var(&revision, "revision", 0, "show the template of this revision")
+
+	var to int64
+	undo := &cobra.Command{
+		Use:   "undo deployment NAME | deployment/NAME",
+		Short: "Roll a deployment back to its previous revision (or --to-revision)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, name, err := rolloutTarget(args)
+			if err != nil {
+				return err
+			}
+			return a.rolloutUndo(cmd.Context(), r, name, to)
+		},
+	}
+	undo.Flags().Int64Var(&to, "to-revision", 0, "the revision to roll back to (0: the previous one)")
+
+	restart := &cobra.Command{
+		Use:   "restart (deployment|daemonset) NAME | KIND/NAME",
+		Short: "Replace every pod of a deployment or daemonset, one rollout step at a time",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, name, err := rolloutTarget(args)
+			if err != nil {
+				return err
+			}
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			rc, err := c.clientFor(r, c.Namespace)
+			if err != nil {
+				return err
+			}
+			if _, err := rc.Patch(cmd.Context(), name, types.StrategicMergePatchType, rollout.RestartPatch(a.now())); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.Out, "%s/%s restarted\n", output.KindGroup(r.GVK()), name)
+			return nil
+		},
+	}
+	cmd.AddCommand(status, history, undo, restart)
+	return cmd
+}
+
+func rolloutTarget(args []string) (*api.Resource, string, error) {
+	var kind, name string
+	switch {
+	case len(args) == 1 && strings.Contains(args[0], "/"):
+		kind, name, _ = strings.Cut(args[0], "/")
+	case len(args) == 2:
+		kind, name = args[0], args[1]
+	default:
+		return nil, "", fmt.Errorf("name the workload: deployment NAME, daemonset NAME or KIND/NAME")
+	}
+	r, err := api.Lookup(kind)
+	if err != nil {
+		return nil, "", err
+	}
+	if r.Kind != "Deployment" && r.Kind != "DaemonSet" {
+		return nil, "", fmt.Errorf("rollouts are for deployments and daemonsets, not %s", r.GVR.Resource)
+	}
+	return r, name, nil
+}
+
+func statusOf(obj runtime.Object) rollout.Status {
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		return rollout.DeploymentStatus(o)
+	case *appsv1.DaemonSet:
+		return rollout.DaemonSetStatus(o)
+	}
+	return rollout.Status{Err: fmt.Errorf("no rollout for %T", obj)}
+}
+
+// rolloutStatus prints a progress line each time it changes, until the
+// rollout is done, fails, or the timeout passes. A failure carries the
+// Diagnosis of the workload, which names the owner of the stuck stage.
+func (a *App) rolloutStatus(ctx context.Context, r *api.Resource, name string, follow bool, timeout time.Duration) error {
+	c, err := a.connect()
+	if err != nil {
+		return err
+	}
+	rc, err := c.clientFor(r, c.Namespace)
+	if err != nil {
+		return err
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	obj, err := rc.Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	last := ""
+	check := func(obj runtime.Object) (bool, error) {
+		st := statusOf(obj)
+		if st.Err != nil {
+			return true, a.explainFailure(ctx, c, obj, st.Err)
+		}
+		if st.Message != last {
+			fmt.Fprintln(a.Out, st.Message)
+			last = st.Message
+		}
+		return st.Done, nil
+	}
+	if done, err := check(obj); done || err != nil || !follow {
+		return err
+	}
+	m, _ := meta.Accessor(obj)
+	rv := m.GetResourceVersion()
+	for {
+		w, err := rc.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(), ResourceVersion: rv})
+		if err != nil {
+			return a.rolloutWaitErr(ctx, c, obj, err)
+		}
+		done, obj2, err := a.followEvents(ctx, w, check)
+		w.Stop()
+		if obj2 != nil {
+			obj = obj2
+			if m, err := meta.Accessor(obj); err == nil {
+				rv = m.GetResourceVersion()
+			}
+		}
+		if done || err != nil {
+			return a.rolloutWaitErr(ctx, c, obj, err)
+		}
+	}
+}
+
+func (a *App) followEvents(ctx context.Context, w watch.Interface, check func(runtime.Object) (bool, error)) (bool, runtime.Object, error) {
+	var last runtime.Object
+	for {
+		select {
+		case <-ctx.Done():
+			return false, last, ctx.Err()
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return false, last, nil
+			}
+			switch ev.Type {
+			case watch.Error:
+				return false, last, fmt.Errorf("watching the rollout: %w", apierrors.FromObject(ev.Object))
+			case watch.Deleted:
+				return true, last, fmt.Errorf("the workload was deleted during the rollout")
+			case watch.Added, watch.Modified:
+				last = ev.Object
+				done, err := check(ev.Object)
+				if done || err != nil {
+					return true, last, err
+				}
+			}
+		}
+	}
+}
+
+// rolloutWaitErr turns a timeout into a failure with the reason.
+func (a *App) rolloutWaitErr(ctx context.Context, c *Clients, obj runtime.Object, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return a.explainFailure(context.Background(), c, obj, fmt.Errorf("%w: timed out waiting for the rollout to finish", rollout.ErrFailed))
+	}
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// explainFailure adds the Diagnosis of a stuck workload to a failure.
+func (a *App) explainFailure(ctx context.Context, c *Clients, obj runtime.Object, cause error) error {
+	r, ok := resourceOf(obj)
+	if !ok {
+		return cause
+	}
+	facts, err := a.factsFor(ctx, c, r, obj)
+	if err != nil {
+		return cause
+	}
+	var f diagnose.Finding
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		f = diagnose.Deployment(o, facts)
+	case *appsv1.DaemonSet:
+		f = diagnose.DaemonSet(o, facts)
+	}
+	if f.Healthy() || f.Summary == "" {
+		return cause
+	}
+	msg := fmt.Sprintf("%v\n  stuck at %s, owner: %s\n  %s", cause, f.Stage, f.Owner, f.Summary)
+	for _, d := range f.Details {
+		msg += "\n  - " + d
+	}
+	return fmt.Errorf("%s", msg)
+}
+
+func resourceOf(obj runtime.Object) (*api.Resource, bool) {
+	gvk, err := output.KindOf(obj)
+	if err != nil {
+		return nil, false
+	}
+	return api.ResourceForKind(gvk)
+}
+
+func (a *App) rolloutHistory(ctx context.Context, r *api.Resource, name string, revision int64) error {
+	d, rss, err := a.deploymentAndReplicaSets(ctx, r, name)
+	if err != nil {
+		return err
+	}
+	hist := rollout.History(d, rss)
+	if revision != 0 {
+		for _, h := range hist {
+			if h.Number == revision {
+				fmt.Fprintf(a.Out, "deployment.apps/%s with revision #%d\n", name, revision)
+				return a.printTemplate(h)
+			}
+		}
+		return fmt.Errorf("unable to find revision %d of deployment %q", revision, name)
+	}
+	fmt.Fprintf(a.Out, "deployment.apps/%s\n", name)
+	tw := printers.NewTabWriter(a.Out)
+	fmt.Fprintln(tw, "REVISION\tCHANGE-CAUSE\tTEMPLATE")
+	for _, h := range hist {
+		cause := h.ChangeCause
+		if cause == "" {
+			cause = "<none>"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", h.Number, cause, rollout.TemplateSummary(&h.ReplicaSet.Spec.Template))
+	}
+	return tw.Flush()
+}
+
+func (a *App) printTemplate(h rollout.Revision) error {
+	f, _ := output.Parse("yaml")
+	t := h.ReplicaSet.Spec.Template.DeepCopy()
+	delete(t.Labels, api.LabelPodTemplateHash)
+	return f.Print(a.Out, &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: h.ReplicaSet.Name, Namespace: h.ReplicaSet.Namespace}, Template: *t}, output.TableOptions{})
+}
+
+func (a *App) rolloutUndo(ctx context.Context, r *api.Resource, name string, to int64) error {
+	d, rss, err := a.deploymentAndReplicaSets(ctx, r, name)
+	if err != nil {
+		return err
+	}
+	patch, rev, err := rollout.UndoPatch(d, rss, to)
+	if err != nil {
+		return err
+	}
+	c, _ := a.connect()
+	if _, err := c.Typed.AppsV1().Deployments(d.Namespace).Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: "flotctl"}); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.Out, "deployment.apps/%s rolled back (to the template of revision %d)\n", name, rev)
+	return nil
+}
+
+// deploymentAndReplicaSets fetches what history and undo read. DaemonSet
+// history would live in ControllerRevisions, which the hub does not serve.
+func (a *App) deploymentAndReplicaSets(ctx context.Context, r *api.Resource, name string) (*appsv1.Deployment, []appsv1.ReplicaSet, error) {
+	if r.Kind != "Deployment" {
+		return nil, nil, fmt.Errorf("the hub keeps no revision history for %s (Kubernetes keeps it in ControllerRevisions, which the hub does not serve); to go back, revert the commit in Git, or use `flotctl rollout restart` to replace the pods", r.GVR.Resource)
+	}
+	c, err := a.connect()
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := c.Typed.AppsV1().Deployments(c.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil {
+		return nil, nil, fmt.Errorf("deployment %q has an invalid selector: %w", name, err)
+	}
+	if sel.Empty() {
+		sel = labels.Everything()
+	}
+	rss, err := c.Typed.AppsV1().ReplicaSets(c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, rss.Items, nil
+}
