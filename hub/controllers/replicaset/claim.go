@@ -1,0 +1,133 @@
+package replicaset
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Claimer decides which of a set of objects an owner controls, adopting
+// matching orphans and releasing owned objects that no longer match, as
+// Kubernetes' ControllerRefManager does. Patch applies a strategic merge
+// patch to the named object (namespace of the owner).
+type Claimer[T metav1.Object] struct {
+	Owner    metav1.Object
+	OwnerGVK schema.GroupVersionKind
+	Selector labels.Selector
+	Patch    func(ctx context.Context, name string, data []byte) error
+	// CanAdopt is called at most once, before the first adoption, with an
+	// uncached read of the owner: adopting for an owner that is being deleted
+	// (or was deleted and recreated) would orphan the object again at once.
+	CanAdopt func(ctx context.Context) error
+
+	once     sync.Once
+	adoptErr error
+}
+
+// Claim returns the objects the owner controls after adoptions and
+// releases. Errors for individual objects are joined; the objects claimed so
+// far are returned along with them.
+func (c *Claimer[T]) Claim(ctx context.Context, objs []T) ([]T, error) {
+	var claimed []T
+	var errs []error
+	for _, o := range objs {
+		ok, err := c.claimOne(ctx, o)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ok {
+			claimed = append(claimed, o)
+		}
+	}
+	return claimed, errors.Join(errs...)
+}
+
+func (c *Claimer[T]) claimOne(ctx context.Context, o T) (bool, error) {
+	ref := metav1.GetControllerOfNoCopy(o)
+	match := c.Selector.Matches(labels.Set(o.GetLabels()))
+	if ref != nil {
+		if ref.UID != c.Owner.GetUID() {
+			return false, nil // someone else's
+		}
+		if match {
+			return true, nil
+		}
+		// An owner being deleted keeps what it has so the garbage collector
+		// can finish; otherwise a no-longer-matching object goes free.
+		if c.Owner.GetDeletionTimestamp() != nil {
+			return false, nil
+		}
+		if err := c.release(ctx, o); err != nil {
+			if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
+				return false, nil // gone or changed: it is no longer ours to release
+			}
+			return false, err
+		}
+		return false, nil
+	}
+	if !match || c.Owner.GetDeletionTimestamp() != nil || o.GetDeletionTimestamp() != nil {
+		return false, nil
+	}
+	if err := c.adopt(ctx, o); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
+}
+
+func (c *Claimer[T]) adopt(ctx context.Context, o T) error {
+	if c.CanAdopt != nil {
+		c.once.Do(func() { c.adoptErr = c.CanAdopt(ctx) })
+		if c.adoptErr != nil {
+			return fmt.Errorf("adopt %s/%s: %w", o.GetNamespace(), o.GetName(), c.adoptErr)
+		}
+	}
+	data, err := AdoptPatch(c.Owner, c.OwnerGVK, o.GetUID())
+	if err != nil {
+		return err
+	}
+	if err := c.Patch(ctx, o.GetName(), data); err != nil {
+		return fmt.Errorf("adopt %s/%s: %w", o.GetNamespace(), o.GetName(), err)
+	}
+	return nil
+}
+
+func (c *Claimer[T]) release(ctx context.Context, o T) error {
+	data, err := ReleasePatch(c.Owner.GetUID(), o.GetUID())
+	if err != nil {
+		return err
+	}
+	if err := c.Patch(ctx, o.GetName(), data); err != nil {
+		return fmt.Errorf("release %s/%s: %w", o.GetNamespace(), o.GetName(), err)
+	}
+	return nil
+}
+
+// AdoptPatch is the strategic merge patch that adds a controller
+// ownerReference to the object with UID uid. The uid in the patch is a
+// precondition: a recreated object with the same name is not adopted.
+func AdoptPatch(owner metav1.Object, gvk schema.GroupVersionKind, uid types.UID) ([]byte, error) {
+	return json.Marshal(map[string]any{"metadata": map[string]any{
+		"ownerReferences": []*metav1.OwnerReference{metav1.NewControllerRef(owner, gvk)},
+		"uid":             uid,
+	}})
+}
+
+// ReleasePatch is the strategic merge patch that removes the ownerReference
+// to ownerUID from the object with UID uid.
+func ReleasePatch(ownerUID, uid types.UID) ([]byte, error) {
+	return json.Marshal(map[string]any{"metadata": map[string]any{
+		"ownerReferences": []map[string]any{{"$patch": "delete", "uid": ownerUID}},
+		"uid":             uid,
+	}})
+}

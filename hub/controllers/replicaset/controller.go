@@ -1,0 +1,559 @@
+package replicaset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+
+	"flotilla.dev/flotilla/hub/controllers/controllerutil"
+)
+
+// Name is the loop's name in logs, queue metrics and leader election.
+const Name = "replicaset"
+
+// DefaultBurstReplicas caps the creations or deletions of one sync, so
+// that one huge ReplicaSet cannot monopolise the API (Kubernetes' value).
+const DefaultBurstReplicas = 500
+
+// Event reasons, as Kubernetes words them.
+const (
+	ReasonSuccessfulCreate = "SuccessfulCreate"
+	ReasonFailedCreate     = "FailedCreate"
+	ReasonSuccessfulDelete = "SuccessfulDelete"
+	ReasonFailedDelete     = "FailedDelete"
+)
+
+// GVK is the kind written into the ownerReferences of the pods.
+var GVK = appsv1.SchemeGroupVersion.WithKind("ReplicaSet")
+
+// Options tune the loop; the zero value is production.
+type Options struct {
+	// Clock times expectations and availability (minReadySeconds).
+	Clock clock.Clock
+	// BurstReplicas caps creations/deletions per sync; 0 means the default.
+	BurstReplicas int
+	Logger        *slog.Logger
+}
+
+// Controller is the ReplicaSet loop.
+type Controller struct {
+	client    kubernetes.Interface
+	rsLister  appslisters.ReplicaSetLister
+	podLister corelisters.PodLister
+	recorder  record.EventRecorder
+	clock     clock.Clock
+	burst     int
+	log       *slog.Logger
+	exp       *Expectations
+	loop      *controllerutil.Controller
+}
+
+// New wires the loop to the factory's ReplicaSet and Pod informers. Start
+// the factory after New and before (or while) Run.
+func New(client kubernetes.Interface, factory informers.SharedInformerFactory, recorder record.EventRecorder, opts Options) (*Controller, error) {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.BurstReplicas <= 0 {
+		opts.BurstReplicas = DefaultBurstReplicas
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	rsInf := factory.Apps().V1().ReplicaSets()
+	podInf := factory.Core().V1().Pods()
+	c := &Controller{
+		client:    client,
+		rsLister:  rsInf.Lister(),
+		podLister: podInf.Lister(),
+		recorder:  recorder,
+		clock:     opts.Clock,
+		burst:     opts.BurstReplicas,
+		log:       opts.Logger.With("controller", Name),
+		exp:       NewExpectations(opts.Clock),
+	}
+	c.loop = controllerutil.New(Name, c.sync, controllerutil.Options{Logger: opts.Logger})
+	if _, err := rsInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.loop.Enqueue,
+		UpdateFunc: func(_, cur any) { c.loop.Enqueue(cur) },
+		DeleteFunc: c.deleteRS,
+	}); err != nil {
+		return nil, fmt.Errorf("replicaset informer: %w", err)
+	}
+	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.addPod,
+		UpdateFunc: c.updatePod,
+		DeleteFunc: c.deletePod,
+	}); err != nil {
+		return nil, fmt.Errorf("pod informer: %w", err)
+	}
+	c.loop.WaitFor(rsInf.Informer().HasSynced, podInf.Informer().HasSynced)
+	return c, nil
+}
+
+// Run runs workers until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) error { return c.loop.Run(ctx, workers) }
+
+func (c *Controller) deleteRS(obj any) {
+	key, err := controllerutil.Key(obj)
+	if err != nil {
+		return
+	}
+	c.exp.Delete(key)
+	c.loop.EnqueueKey(key)
+}
+
+// resolve returns the cached ReplicaSet a controllerRef points to, if it is
+// still the same object.
+func (c *Controller) resolve(ns string, ref *metav1.OwnerReference) *appsv1.ReplicaSet {
+	if ref.Kind != GVK.Kind {
+		return nil
+	}
+	rs, err := c.rsLister.ReplicaSets(ns).Get(ref.Name)
+	if err != nil || rs.UID != ref.UID {
+		return nil
+	}
+	return rs
+}
+
+func rsKey(rs *appsv1.ReplicaSet) string { return rs.Namespace + "/" + rs.Name }
+func podKey(p *corev1.Pod) string        { return p.Namespace + "/" + p.Name }
+
+func (c *Controller) addPod(obj any) {
+	pod := obj.(*corev1.Pod)
+	if pod.DeletionTimestamp != nil {
+		// Seen for the first time already terminating (a re-list): its
+		// deletion is what counts.
+		c.deletePod(pod)
+		return
+	}
+	if ref := metav1.GetControllerOfNoCopy(pod); ref != nil {
+		if rs := c.resolve(pod.Namespace, ref); rs != nil {
+			c.exp.CreationObserved(rsKey(rs))
+			c.loop.EnqueueKey(rsKey(rs))
+		}
+		return
+	}
+	c.enqueueMatching(pod)
+}
+
+func (c *Controller) updatePod(old, cur any) {
+	// The manager's informers never resync, so every update is a change.
+	oldPod, curPod := old.(*corev1.Pod), cur.(*corev1.Pod)
+	labelsChanged := !labels.Equals(oldPod.Labels, curPod.Labels)
+	if curPod.DeletionTimestamp != nil {
+		// Graceful deletion started: count it as the deletion now, so a
+		// replacement is created without waiting for the grace period.
+		c.deletePod(curPod)
+		if labelsChanged {
+			c.deletePod(oldPod)
+		}
+		return
+	}
+	oldRef, curRef := metav1.GetControllerOfNoCopy(oldPod), metav1.GetControllerOfNoCopy(curPod)
+	refChanged := !equalRefs(oldRef, curRef)
+	if refChanged && oldRef != nil {
+		if rs := c.resolve(oldPod.Namespace, oldRef); rs != nil {
+			c.loop.EnqueueKey(rsKey(rs))
+		}
+	}
+	if curRef != nil {
+		rs := c.resolve(curPod.Namespace, curRef)
+		if rs == nil {
+			return
+		}
+		c.loop.EnqueueKey(rsKey(rs))
+		// Becoming available is time-triggered: look again once
+		// minReadySeconds have passed.
+		if !IsPodReady(oldPod) && IsPodReady(curPod) && rs.Spec.MinReadySeconds > 0 {
+			c.loop.EnqueueAfter(rsKey(rs), time.Duration(rs.Spec.MinReadySeconds)*time.Second+time.Second)
+		}
+		return
+	}
+	if labelsChanged || refChanged {
+		c.enqueueMatching(curPod)
+	}
+}
+
+func (c *Controller) deletePod(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		tomb, ok := obj.(cache.DeletedFinalStateUnknown)
+		if !ok {
+			return
+		}
+		if pod, ok = tomb.Obj.(*corev1.Pod); !ok {
+			return
+		}
+	}
+	ref := metav1.GetControllerOfNoCopy(pod)
+	if ref == nil {
+		return
+	}
+	rs := c.resolve(pod.Namespace, ref)
+	if rs == nil {
+		return
+	}
+	c.exp.DeletionObserved(rsKey(rs), podKey(pod))
+	c.loop.EnqueueKey(rsKey(rs))
+}
+
+// enqueueMatching wakes every ReplicaSet that could adopt an orphan.
+func (c *Controller) enqueueMatching(pod *corev1.Pod) {
+	rss, err := c.rsLister.GetPodReplicaSets(pod)
+	if err != nil {
+		return // no ReplicaSet matches
+	}
+	for _, rs := range rss {
+		c.loop.EnqueueKey(rsKey(rs))
+	}
+}
+
+func equalRefs(a, b *metav1.OwnerReference) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.UID == b.UID
+}
+
+// sync takes one step for the ReplicaSet named by key.
+func (c *Controller) sync(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return fmt.Errorf("replicaset key %q: %w", key, err)
+	}
+	rs, err := c.rsLister.ReplicaSets(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		c.exp.Delete(key)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	selector, err := metav1.LabelSelectorAsSelector(rs.Spec.Selector)
+	if err != nil {
+		// A bad selector does not get better by retrying.
+		c.log.Warn("invalid selector", "replicaset", key, "err", err)
+		return nil
+	}
+	needsSync := c.exp.Satisfied(key)
+
+	all, err := c.podLister.Pods(ns).List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	var active []*corev1.Pod
+	for _, p := range all {
+		if IsPodActive(p) {
+			active = append(active, p)
+		}
+	}
+	claimer := &Claimer[*corev1.Pod]{
+		Owner:    rs,
+		OwnerGVK: GVK,
+		Selector: selector,
+		Patch: func(ctx context.Context, name string, data []byte) error {
+			_, err := c.client.CoreV1().Pods(ns).Patch(ctx, name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
+			return err
+		},
+		CanAdopt: func(ctx context.Context) error {
+			fresh, err := c.client.AppsV1().ReplicaSets(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if fresh.UID != rs.UID {
+				return fmt.Errorf("replicaset %s was deleted and recreated (uid %s, now %s)", key, rs.UID, fresh.UID)
+			}
+			if fresh.DeletionTimestamp != nil {
+				return fmt.Errorf("replicaset %s is being deleted", key)
+			}
+			return nil
+		},
+	}
+	pods, claimErr := claimer.Claim(ctx, active)
+
+	var manageErr error
+	if needsSync && rs.DeletionTimestamp == nil && claimErr == nil {
+		manageErr = c.manageReplicas(ctx, pods, rs, key)
+	}
+
+	status := CalculateStatus(rs, pods, manageErr, c.clock.Now())
+	updated, err := c.updateStatus(ctx, rs, status)
+	if err != nil {
+		return errors.Join(claimErr, manageErr, err)
+	}
+	if manageErr == nil && updated.Spec.MinReadySeconds > 0 &&
+		updated.Status.ReadyReplicas == *updated.Spec.Replicas &&
+		updated.Status.AvailableReplicas != *updated.Spec.Replicas {
+		c.loop.EnqueueAfter(key, time.Duration(updated.Spec.MinReadySeconds)*time.Second)
+	}
+	return errors.Join(claimErr, manageErr)
+}
+
+// manageReplicas creates or deletes pods to close the gap between the
+// claimed pods and spec.replicas.
+func (c *Controller) manageReplicas(ctx context.Context, pods []*corev1.Pod, rs *appsv1.ReplicaSet, key string) error {
+	diff := len(pods) - int(replicas(rs))
+	switch {
+	case diff < 0:
+		n := min(-diff, c.burst)
+		c.exp.ExpectCreations(key, n)
+		created, err := SlowStartBatch(n, 1, func() error { return c.createPod(ctx, rs) })
+		// The creations that were never attempted or failed will never be
+		// observed: stop waiting for them.
+		for range n - created {
+			c.exp.CreationObserved(key)
+		}
+		return err
+	case diff > 0:
+		n := min(diff, c.burst)
+		victims := PodsToDelete(pods, c.relatedPods(rs), n, c.clock.Now())
+		keys := make([]string, len(victims))
+		for i, p := range victims {
+			keys[i] = podKey(p)
+		}
+		c.exp.ExpectDeletions(key, keys)
+		var mu sync.Mutex
+		var errs []error
+		var wg sync.WaitGroup
+		for _, p := range victims {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := c.deletePodForRS(ctx, rs, p); err != nil {
+					c.exp.DeletionObserved(key, podKey(p))
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+	return nil
+}
+
+func replicas(rs *appsv1.ReplicaSet) int32 {
+	if rs.Spec.Replicas == nil {
+		return 1
+	}
+	return *rs.Spec.Replicas
+}
+
+// relatedPods are the pods of every ReplicaSet that shares rs's controller
+// (a Deployment's generations), for spreading scale-down across nodes.
+func (c *Controller) relatedPods(rs *appsv1.ReplicaSet) []*corev1.Pod {
+	owners := map[types.UID]bool{rs.UID: true}
+	if ref := metav1.GetControllerOfNoCopy(rs); ref != nil {
+		siblings, _ := c.rsLister.ReplicaSets(rs.Namespace).List(labels.Everything())
+		for _, s := range siblings {
+			if sref := metav1.GetControllerOfNoCopy(s); sref != nil && sref.UID == ref.UID {
+				owners[s.UID] = true
+			}
+		}
+	}
+	all, _ := c.podLister.Pods(rs.Namespace).List(labels.Everything())
+	var out []*corev1.Pod
+	for _, p := range all {
+		if ref := metav1.GetControllerOfNoCopy(p); ref != nil && owners[ref.UID] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// PodFromTemplate builds a pod for owner from template: labels, annotations,
+// finalizers and spec copied, a controller ownerReference with
+// blockOwnerDeletion, and a generated name prefixed by the owner's name.
+func PodFromTemplate(template *corev1.PodTemplateSpec, owner metav1.Object, gvk schema.GroupVersionKind) *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName:    owner.GetName() + "-",
+			Namespace:       owner.GetNamespace(),
+			Labels:          copyMap(template.Labels),
+			Annotations:     copyMap(template.Annotations),
+			Finalizers:      append([]string(nil), template.Finalizers...),
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(owner, gvk)},
+		},
+		Spec: *template.Spec.DeepCopy(),
+	}
+	return pod
+}
+
+func copyMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func (c *Controller) createPod(ctx context.Context, rs *appsv1.ReplicaSet) error {
+	pod := PodFromTemplate(&rs.Spec.Template, rs, GVK)
+	if len(pod.Labels) == 0 {
+		err := fmt.Errorf("replicaset %s/%s: the pod template has no labels, so its pods could never be counted", rs.Namespace, rs.Name)
+		c.recorder.Eventf(rs, corev1.EventTypeWarning, ReasonFailedCreate, "Error creating: %v", err)
+		return err
+	}
+	created, err := c.client.CoreV1().Pods(rs.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		if apierrors.IsTimeout(err) {
+			// The create may have happened; the watch will tell, or the
+			// expectation times out.
+			return nil
+		}
+		c.recorder.Eventf(rs, corev1.EventTypeWarning, ReasonFailedCreate, "Error creating: %v", err)
+		return fmt.Errorf("create pod for replicaset %s/%s: %w", rs.Namespace, rs.Name, err)
+	}
+	c.recorder.Eventf(rs, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created pod: %v", created.Name)
+	return nil
+}
+
+func (c *Controller) deletePodForRS(ctx context.Context, rs *appsv1.ReplicaSet, p *corev1.Pod) error {
+	err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &p.UID},
+	})
+	switch {
+	case err == nil:
+		c.recorder.Eventf(rs, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted pod: %v", p.Name)
+		return nil
+	case apierrors.IsNotFound(err):
+		// Already gone: the deletion event may never come for it.
+		c.exp.DeletionObserved(rsKey(rs), podKey(p))
+		return nil
+	default:
+		c.recorder.Eventf(rs, corev1.EventTypeWarning, ReasonFailedDelete, "Error deleting: %v", err)
+		return fmt.Errorf("delete pod %s/%s of replicaset %s: %w", p.Namespace, p.Name, rs.Name, err)
+	}
+}
+
+// SlowStartBatch calls fn count times in batches of 1, 2, 4, ... starting
+// at initial, stopping after the first batch with a failure. It returns the
+// number of successful calls: a quota error costs one request, not count.
+func SlowStartBatch(count, initial int, fn func() error) (int, error) {
+	remaining, successes := count, 0
+	for batch := min(remaining, initial); batch > 0; batch = min(2*batch, remaining) {
+		errCh := make(chan error, batch)
+		var wg sync.WaitGroup
+		for range batch {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := fn(); err != nil {
+					errCh <- err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errCh)
+		successes += batch - len(errCh)
+		if len(errCh) > 0 {
+			var errs []error
+			for err := range errCh {
+				errs = append(errs, err)
+			}
+			return successes, errors.Join(errs...)
+		}
+		remaining -= batch
+	}
+	return successes, nil
+}
+
+// CalculateStatus is the ReplicaSet status for the claimed, active pods.
+func CalculateStatus(rs *appsv1.ReplicaSet, pods []*corev1.Pod, manageErr error, now time.Time) appsv1.ReplicaSetStatus {
+	st := *rs.Status.DeepCopy()
+	templateLabels := labels.Set(rs.Spec.Template.Labels).AsSelectorPreValidated()
+	var full, ready, avail int32
+	for _, p := range pods {
+		if templateLabels.Matches(labels.Set(p.Labels)) {
+			full++
+		}
+		if IsPodReady(p) {
+			ready++
+			if IsPodAvailable(p, rs.Spec.MinReadySeconds, now) {
+				avail++
+			}
+		}
+	}
+	st.Replicas = int32(len(pods))
+	st.FullyLabeledReplicas = full
+	st.ReadyReplicas = ready
+	st.AvailableReplicas = avail
+	st.ObservedGeneration = rs.Generation
+
+	failure := conditionIndex(st.Conditions, appsv1.ReplicaSetReplicaFailure)
+	switch {
+	case manageErr != nil && failure < 0:
+		reason := ReasonFailedCreate
+		if len(pods) > int(replicas(rs)) {
+			reason = ReasonFailedDelete
+		}
+		st.Conditions = append(st.Conditions, appsv1.ReplicaSetCondition{
+			Type: appsv1.ReplicaSetReplicaFailure, Status: corev1.ConditionTrue,
+			LastTransitionTime: metav1.NewTime(now), Reason: reason, Message: manageErr.Error(),
+		})
+	case manageErr == nil && failure >= 0:
+		st.Conditions = append(st.Conditions[:failure:failure], st.Conditions[failure+1:]...)
+	}
+	return st
+}
+
+func conditionIndex(conds []appsv1.ReplicaSetCondition, t appsv1.ReplicaSetConditionType) int {
+	for i := range conds {
+		if conds[i].Type == t {
+			return i
+		}
+	}
+	return -1
+}
+
+// updateStatus writes status unless it is already there, retrying once on
+// a conflict with a fresh read (the spec may have moved; status is ours).
+func (c *Controller) updateStatus(ctx context.Context, rs *appsv1.ReplicaSet, status appsv1.ReplicaSetStatus) (*appsv1.ReplicaSet, error) {
+	if apiequality.Semantic.DeepEqual(rs.Status, status) {
+		return rs, nil
+	}
+	cur := rs.DeepCopy()
+	var err error
+	for attempt := 0; ; attempt++ {
+		// observedGeneration stays the one the status was computed for.
+		cur.Status = status
+		var out *appsv1.ReplicaSet
+		out, err = c.client.AppsV1().ReplicaSets(cur.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		if err == nil {
+			return out, nil
+		}
+		if attempt >= 1 || !apierrors.IsConflict(err) {
+			break
+		}
+		fresh, gerr := c.client.AppsV1().ReplicaSets(cur.Namespace).Get(ctx, cur.Name, metav1.GetOptions{})
+		if gerr != nil {
+			return nil, fmt.Errorf("update status of replicaset %s/%s: %w", rs.Namespace, rs.Name, gerr)
+		}
+		cur = fresh
+	}
+	return nil, fmt.Errorf("update status of replicaset %s/%s: %w", rs.Namespace, rs.Name, err)
+}
