@@ -1,0 +1,375 @@
+package scheduler
+
+import (
+	"errors"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ErrNoNodesAvailable is kube-scheduler's answer when there is no node at all.
+var ErrNoNodesAvailable = errors.New("no nodes available to schedule pods")
+
+// ErrAlreadyAssumed is returned by Schedule for a pod whose placement is
+// already assumed (its binding is in flight).
+var ErrAlreadyAssumed = errors.New("pod is already assumed on a node")
+
+// CacheConfig tunes the scheduling algorithm.
+type CacheConfig struct {
+	// TopologyKey is the node label whose values are spread across
+	// (besides single nodes). Default topology.kubernetes.io/zone.
+	TopologyKey string
+	// PercentageOfNodesToScore bounds how many feasible nodes are looked
+	// for before scoring, as kube-scheduler's option of the same name:
+	// 0 is adaptive (50% minus 1% per 125 nodes, at least 5%), 100 looks
+	// at every node. At least 100 feasible nodes are always looked for.
+	PercentageOfNodesToScore int
+}
+
+// Cache holds every node and the pods bound (or assumed) to it, with the
+// sums the filters need precomputed, and places pods on it. It is safe for
+// concurrent use: informer handlers feed it while the scheduling loop
+// reads it.
+type Cache struct {
+	topologyKey string
+	percentage  int
+
+	mu    sync.Mutex
+	nodes map[string]*nodeInfo
+	// order holds the schedulable (known) nodes; scans start where the last
+	// one stopped so every node gets its turn, as in kube-scheduler.
+	order []*nodeInfo
+	next  int
+	pods  map[string]*podState
+	// workloads counts where each workload's pods are, per node and per
+	// topology value, for spreading.
+	workloads map[string]*workload
+	// zoneIDs numbers the topology values so scoring can index a slice.
+	zoneIDs map[string]int
+	rng     *rand.Rand
+	// The rest is scratch space reused between attempts (under mu) so
+	// that scheduling a pod does not allocate per node.
+	feasible    []*nodeInfo
+	zoneScratch []int
+	gen         uint64
+}
+
+// workload is where the pods of one workload are.
+type workload struct {
+	perNode map[*nodeInfo]int
+	perZone map[int]int
+}
+
+// nodeInfo is a node as the filters see it, with the sums of the pods on it.
+type nodeInfo struct {
+	name          string
+	known         bool // false while only pods name the node (informer lag or deleted node)
+	labels        map[string]string
+	zone          string
+	zoneID        int // -1 without a topology value
+	ready         bool
+	unschedulable bool
+	taints        []corev1.Taint // NoSchedule and NoExecute only
+	allocatable   resources
+	allowedPods   int64
+	requested     resources
+	nonZero       resources
+	podCount      int64
+	ports         []hostPort
+	workloads     map[string]int // pods per workload on this node
+	index         int            // in Cache.order, -1 when not there
+	// scratchCount is this node's count of the workload being scored,
+	// valid when scratchGen equals Cache.gen.
+	scratchGen   uint64
+	scratchCount int
+}
+
+// podState is what the cache remembers of a bound or assumed pod.
+type podState struct {
+	node     string
+	req      resources
+	nonZero  resources
+	ports    []hostPort
+	workload string
+	assumed  bool
+}
+
+// NewCache returns an empty Cache.
+func NewCache(cfg CacheConfig) *Cache {
+	if cfg.TopologyKey == "" {
+		cfg.TopologyKey = corev1.LabelTopologyZone
+	}
+	return &Cache{
+		topologyKey: cfg.TopologyKey,
+		percentage:  cfg.PercentageOfNodesToScore,
+		nodes:       map[string]*nodeInfo{},
+		pods:        map[string]*podState{},
+		workloads:   map[string]*workload{},
+		zoneIDs:     map[string]int{},
+		rng:         rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+	}
+}
+
+// podKey identifies a pod across renames of nothing: the UID when the
+// pod has one, else namespace/name.
+func podKey(pod *corev1.Pod) string {
+	if pod.UID != "" {
+		return string(pod.UID)
+	}
+	return pod.Namespace + "/" + pod.Name
+}
+
+// workloadKey groups the pods that should be spread: those of the same
+// controller, or else those with the same labels in the same namespace.
+func workloadKey(pod *corev1.Pod) string {
+	if ref := metav1.GetControllerOfNoCopy(pod); ref != nil {
+		return "owner:" + string(ref.UID)
+	}
+	if len(pod.Labels) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(pod.Labels))
+	for k := range pod.Labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteString("labels:")
+	b.WriteString(pod.Namespace)
+	for _, k := range keys {
+		b.WriteByte('/')
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(pod.Labels[k])
+	}
+	return b.String()
+}
+
+func nodeReady(node *corev1.Node) bool {
+	for i := range node.Status.Conditions {
+		c := &node.Status.Conditions[i]
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// SetNode adds or updates a node.
+func (c *Cache) SetNode(node *corev1.Node) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[node.Name]
+	if n == nil {
+		n = newNodeInfo(node.Name)
+		c.nodes[node.Name] = n
+	}
+	oldZone := n.zoneID
+	n.known = true
+	n.labels = node.Labels
+	n.zone = node.Labels[c.topologyKey]
+	n.zoneID = c.zoneID(n.zone)
+	n.ready = nodeReady(node)
+	n.unschedulable = node.Spec.Unschedulable
+	n.taints = n.taints[:0]
+	for _, t := range node.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+			n.taints = append(n.taints, t)
+		}
+	}
+	n.allocatable = fromList(node.Status.Allocatable)
+	n.allowedPods = 0
+	if q, ok := node.Status.Allocatable[corev1.ResourcePods]; ok {
+		n.allowedPods = q.Value()
+	}
+	if oldZone != n.zoneID {
+		for w, cnt := range n.workloads {
+			wl := c.workloads[w]
+			addCount(wl.perZone, oldZone, -cnt)
+			addCount(wl.perZone, n.zoneID, cnt)
+		}
+	}
+	if n.index < 0 {
+		n.index = len(c.order)
+		c.order = append(c.order, n)
+	}
+}
+
+// DeleteNode forgets a node; pods still bound to it keep their place in
+// the cache until they are deleted too.
+func (c *Cache) DeleteNode(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[name]
+	if n == nil {
+		return
+	}
+	c.removeFromOrder(n)
+	n.known = false
+	if n.podCount == 0 {
+		delete(c.nodes, name)
+	}
+}
+
+func (c *Cache) removeFromOrder(n *nodeInfo) {
+	if n.index < 0 {
+		return
+	}
+	last := len(c.order) - 1
+	c.order[n.index] = c.order[last]
+	c.order[n.index].index = n.index
+	c.order[last] = nil
+	c.order = c.order[:last]
+	n.index = -1
+}
+
+func newNodeInfo(name string) *nodeInfo {
+	return &nodeInfo{name: name, workloads: map[string]int{}, index: -1, zoneID: -1}
+}
+
+func (c *Cache) zoneID(zone string) int {
+	if zone == "" {
+		return -1
+	}
+	id, ok := c.zoneIDs[zone]
+	if !ok {
+		id = len(c.zoneIDs)
+		c.zoneIDs[zone] = id
+	}
+	return id
+}
+
+func addCount[K comparable](m map[K]int, k K, delta int) {
+	if m[k] += delta; m[k] <= 0 {
+		delete(m, k)
+	}
+}
+
+// workloadAdd moves the count of workload w on node n by delta.
+func (c *Cache) workloadAdd(n *nodeInfo, w string, delta int) {
+	if w == "" {
+		return
+	}
+	wl := c.workloads[w]
+	if wl == nil {
+		wl = &workload{perNode: map[*nodeInfo]int{}, perZone: map[int]int{}}
+		c.workloads[w] = wl
+	}
+	addCount(n.workloads, w, delta)
+	addCount(wl.perNode, n, delta)
+	if n.zoneID >= 0 {
+		addCount(wl.perZone, n.zoneID, delta)
+	}
+	if len(wl.perNode) == 0 {
+		delete(c.workloads, w)
+	}
+}
+
+// SetPod records a pod bound to a node (spec.nodeName set): a placement
+// this cache assumed is confirmed, others are added. A terminated pod is
+// removed, since it holds no resources any more.
+func (c *Cache) SetPod(pod *corev1.Pod) {
+	if pod.Spec.NodeName == "" {
+		return
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		c.DeletePod(pod)
+		return
+	}
+	st := newPodState(pod, pod.Spec.NodeName)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := podKey(pod)
+	if old := c.pods[key]; old != nil {
+		c.removePodLocked(key, old)
+	}
+	c.addPodLocked(key, st)
+}
+
+// DeletePod removes a pod, bound or assumed.
+func (c *Cache) DeletePod(pod *corev1.Pod) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := podKey(pod)
+	if old := c.pods[key]; old != nil {
+		c.removePodLocked(key, old)
+	}
+}
+
+// Forget drops a placement assumed by Schedule whose binding failed. A
+// placement the informer has confirmed in the meantime is kept.
+func (c *Cache) Forget(pod *corev1.Pod) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := podKey(pod)
+	if old := c.pods[key]; old != nil && old.assumed {
+		c.removePodLocked(key, old)
+	}
+}
+
+// IsAssumed reports whether pod has a placement assumed but not yet seen
+// bound.
+func (c *Cache) IsAssumed(pod *corev1.Pod) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.pods[podKey(pod)]
+	return st != nil && st.assumed
+}
+
+// NodeCount is the number of known nodes.
+func (c *Cache) NodeCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.order)
+}
+
+func newPodState(pod *corev1.Pod, node string) *podState {
+	return &podState{
+		node:     node,
+		req:      podRequests(pod, containerRequests),
+		nonZero:  podRequests(pod, containerNonZero),
+		ports:    podHostPorts(pod),
+		workload: workloadKey(pod),
+	}
+}
+
+func (c *Cache) addPodLocked(key string, st *podState) {
+	n := c.nodes[st.node]
+	if n == nil {
+		n = newNodeInfo(st.node)
+		c.nodes[st.node] = n
+	}
+	c.pods[key] = st
+	n.requested.add(st.req)
+	n.nonZero.add(st.nonZero)
+	n.podCount++
+	n.ports = append(n.ports, st.ports...)
+	c.workloadAdd(n, st.workload, 1)
+}
+
+func (c *Cache) removePodLocked(key string, st *podState) {
+	delete(c.pods, key)
+	n := c.nodes[st.node]
+	if n == nil {
+		return
+	}
+	n.requested.sub(st.req)
+	n.nonZero.sub(st.nonZero)
+	n.podCount--
+	for _, p := range st.ports {
+		for i, q := range n.ports {
+			if q == p {
+				n.ports = append(n.ports[:i], n.ports[i+1:]...)
+				break
+			}
+		}
+	}
+	c.workloadAdd(n, st.workload, -1)
+	if !n.known && n.podCount == 0 {
+		delete(c.nodes, n.name)
+	}
+}
