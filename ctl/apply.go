@@ -245,6 +245,10 @@ func (a *App) applyOne(ctx context.Context, c *Clients, m manifest, force bool) 
 			output.KindGroup(m.res.GVK()), m.obj.GetName(), src, api.LabelSource)
 	}
 	original := []byte(cm.GetAnnotations()[corev1.LastAppliedConfigAnnotation])
+	// Typed clients drop apiVersion and kind; without them the patch would
+	// "add" them and never come out empty.
+	current = current.DeepCopyObject()
+	current.GetObjectKind().SetGroupVersionKind(m.res.GVK())
 	currentJSON, err := json.Marshal(current)
 	if err != nil {
 		return "", err

@@ -132,5 +132,5 @@ func gitSource(name string, ready bool) *v1alpha1.GitSource {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, CreationTimestamp: before(2 * time.Hour)},
 		Spec:       v1alpha1.GitSourceSpec{URL: "file:///srv/git/fleet.git", Ref: v1alpha1.GitRef{Branch: "main"}},
 		Status: v1alpha1.GitSourceStatus{LastAppliedCommit: "aaaaaaa111", LastAttemptedCommit: "bbbbbbb222",
-			Conditions: []metav1.Condition{{Type: "Ready", Status: st, Reason: "Reconciled", Message: msg}}}}
+			Conditions: []metav1.Condition{{Type: "Ready", Status: st, Reason: "Reconciled", Message: msg, LastTransitionTime: before(time.Minute)}}}}
 }

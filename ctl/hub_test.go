@@ -1,0 +1,202 @@
+package ctl
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+
+	"flotilla.dev/flotilla/hub/hubtest"
+)
+
+// hubRun runs flotctl against a real hub, finding it the way a user
+// does: through $FLOTILLA_KUBECONFIG pointing at the admin kubeconfig.
+type hubRun struct {
+	t   *testing.T
+	hub *hubtest.Hub
+	env map[string]string
+}
+
+func startHub(t *testing.T) *hubRun {
+	if testing.Short() {
+		t.Skip("starts a hub; skipped with -short")
+	}
+	h := hubtest.Start(t)
+	kc := filepath.Join(h.DataDir, "admin.kubeconfig")
+	if _, err := os.Stat(kc); err != nil {
+		t.Fatalf("the hub wrote no admin kubeconfig: %v", err)
+	}
+	return &hubRun{t: t, hub: h, env: map[string]string{"FLOTILLA_KUBECONFIG": kc, "HOME": t.TempDir()}}
+}
+
+func (r *hubRun) run(ctx context.Context, stdin string, args ...string) (string, string, int) {
+	out, errOut := &syncBuffer{}, &syncBuffer{}
+	app := &App{In: strings.NewReader(stdin), Out: out, Err: errOut, Now: time.Now, Getenv: func(k string) string { return r.env[k] }}
+	code := Main(ctx, app, args)
+	return out.String(), errOut.String(), code
+}
+
+func (r *hubRun) ok(args ...string) string {
+	r.t.Helper()
+	out, errOut, code := r.run(context.Background(), "", args...)
+	if code != 0 {
+		r.t.Fatalf("flotctl %s: exit %d\nstderr: %s\nstdout: %s", strings.Join(args, " "), code, errOut, out)
+	}
+	return out
+}
+
+func TestAgainstHubGetApplyDescribeDelete(t *testing.T) {
+	r := startHub(t)
+	ctx := context.Background()
+
+	if out := r.ok("version"); !strings.Contains(out, "Server Version: ") {
+		t.Errorf("version: %q", out)
+	}
+
+	// apply creates, then leaves alone, then merges a change.
+	if out, errOut, code := r.run(ctx, appManifest, "apply", "-f", "-"); code != 0 || out != "configmap/settings created\ndeployment.apps/web created\n" {
+		t.Fatalf("apply: %d %q %q", code, out, errOut)
+	}
+	if out, errOut, code := r.run(ctx, appManifest, "apply", "-f", "-"); code != 0 || out != "configmap/settings unchanged\ndeployment.apps/web unchanged\n" {
+		t.Errorf("re-apply: %d %q %q", code, out, errOut)
+	}
+	changed := strings.Replace(appManifest, "replicas: 2", "replicas: 3", 1)
+	if out, errOut, code := r.run(ctx, changed, "apply", "-f", "-"); code != 0 || !strings.Contains(out, "deployment.apps/web configured") {
+		t.Errorf("apply change: %d %q %q", code, out, errOut)
+	}
+	if got := r.ok("get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"); got != "3" {
+		t.Errorf("replicas after apply: %q", got)
+	}
+
+	// get in every format, and kubectl's NotFound.
+	if out := r.ok("get", "configmaps"); !strings.Contains(out, "settings") || !strings.HasPrefix(out, "NAME") {
+		t.Errorf("get configmaps:\n%s", out)
+	}
+	var list map[string]any
+	if err := json.Unmarshal([]byte(r.ok("get", "ns", "-o", "json")), &list); err != nil || len(list["items"].([]any)) < 3 {
+		t.Errorf("get ns -o json: %v %v", err, list)
+	}
+	if out := r.ok("get", "namespaces", "-o", "name"); !strings.Contains(out, "namespace/kube-node-lease\n") {
+		t.Errorf("get ns -o name: %q", out)
+	}
+	if _, errOut, code := r.run(ctx, "", "get", "pod", "nope"); code != 1 || errOut != "Error from server (NotFound): pods \"nope\" not found\n" {
+		t.Errorf("NotFound: %d %q", code, errOut)
+	}
+
+	// A pod no scheduler places: STATUS Pending, and describe blames the scheduler.
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "lonely", Namespace: "default", Labels: map[string]string{"app": "lonely"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.local/app@sha256:" + strings.Repeat("a", 64)}}}}
+	if _, err := r.hub.Client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out := r.ok("get", "pods", "-A", "-o", "wide"); !strings.Contains(out, "lonely") || !strings.Contains(out, "Pending") || !strings.HasPrefix(out, "NAMESPACE") {
+		t.Errorf("get pods -A -o wide:\n%s", out)
+	}
+	if out := r.ok("get", "pods", "-l", "app=other"); out != "" {
+		t.Errorf("label selector matched: %q", out)
+	}
+	out := r.ok("describe", "pod", "lonely")
+	if !strings.Contains(out, "Owner:    the scheduler") || !strings.Contains(out, "is the scheduler running?") {
+		t.Errorf("describe pod:\n%s", out)
+	}
+
+	// rollout restart goes through the hub's strategic merge patch.
+	if out := r.ok("rollout", "restart", "deployment/web"); out != "deployment.apps/web restarted\n" {
+		t.Errorf("rollout restart: %q", out)
+	}
+	if got := r.ok("get", "deploy", "web", "-o", `jsonpath={.spec.template.metadata.annotations.kubectl\.kubernetes\.io/restartedAt}`); got == "" {
+		t.Error("rollout restart left no restartedAt annotation")
+	}
+	// No deployment controller runs here, so the spec change is never observed.
+	if out := r.ok("rollout", "status", "deployment/web", "--watch=false"); out != "Waiting for deployment spec update to be observed...\n" {
+		t.Errorf("rollout status: %q", out)
+	}
+
+	// delete -f removes what apply made.
+	if out, errOut, code := r.run(ctx, appManifest, "delete", "-f", "-"); code != 0 || out != "configmap \"settings\" deleted\ndeployment.apps \"web\" deleted\n" {
+		t.Errorf("delete: %d %q %q", code, out, errOut)
+	}
+	if _, errOut, code := r.run(ctx, "", "get", "deploy", "web"); code != 1 || !strings.Contains(errOut, "(NotFound)") {
+		t.Errorf("after delete: %d %q", code, errOut)
+	}
+}
+
+func TestAgainstHubGitSourcesFleetAndWatch(t *testing.T) {
+	r := startHub(t)
+	ctx := context.Background()
+	dyn, err := dynamic.NewForConfig(r.hub.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := gitSource("fleet", false)
+	gs.ResourceVersion, gs.CreationTimestamp = "", metav1.Time{}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(gs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := dyn.Resource(gitSourceGVR).Namespace("default").Create(ctx, &unstructured.Unstructured{Object: m}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Status goes through the status subresource.
+	created.Object["status"] = m["status"]
+	if _, err := dyn.Resource(gitSourceGVR).Namespace("default").UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out := r.ok("get", "gitsources"); !strings.Contains(out, "fleet") || !strings.Contains(out, "False") || !strings.Contains(out, "aaaaaaa") {
+		t.Errorf("get gitsources:\n%s", out)
+	}
+	if out := r.ok("describe", "gs", "fleet"); !strings.Contains(out, "file: apps/web.yaml") {
+		t.Errorf("describe gitsource:\n%s", out)
+	}
+
+	// Devices: one online, one gone quiet.
+	for _, n := range []*corev1.Node{node("edge-1", true), node("kiosk-7", false)} {
+		st := n.Status
+		n.CreationTimestamp = metav1.Time{}
+		got, err := r.hub.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.Status = st
+		got.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(time.Now().Add(-7 * time.Minute))
+		if _, err := r.hub.Client.CoreV1().Nodes().UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := r.ok("fleet", "status")
+	squeezed := strings.Join(strings.Fields(out), " ")
+	for _, want := range []string{"1 online, 1 offline", "kiosk-7 NotReady, last seen 7m ago", "default/fleet main aaaaaaa bbbbbbb False", "CRITICAL node/kiosk-7"} {
+		if !strings.Contains(squeezed, want) {
+			t.Errorf("fleet status lacks %q:\n%s", want, out)
+		}
+	}
+
+	// get -w sees a node arrive.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wout := &syncBuffer{}
+	done := make(chan int)
+	go func() {
+		app := &App{In: strings.NewReader(""), Out: wout, Err: &syncBuffer{}, Now: time.Now, Getenv: func(k string) string { return r.env[k] }}
+		done <- Main(wctx, app, []string{"get", "nodes", "-w"})
+	}()
+	waitFor(t, func() bool { return strings.Contains(wout.String(), "kiosk-7") })
+	if _, err := r.hub.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "shelf-2"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return strings.Contains(wout.String(), "shelf-2") })
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("get -w exit %d", code)
+	}
+}
