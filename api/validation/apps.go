@@ -1,0 +1,243 @@
+package validation
+
+import (
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+var specPath = field.NewPath("spec")
+
+// validateWorkload checks what Deployments, ReplicaSets and DaemonSets
+// share: the metadata, a selector that selects the template's pods, the
+// template itself, and (on update, old != nil) a selector that never
+// changes, since changing it would orphan the running pods.
+func validateWorkload(m *metav1.ObjectMeta, sel, oldSel *metav1.LabelSelector, t, oldT *corev1.PodTemplateSpec, kind string, opts Options) field.ErrorList {
+	var errs field.ErrorList
+	if oldT == nil {
+		errs = objectMeta(m, true, nameIsDNSSubdomain)
+	}
+	sp := specPath.Child("selector")
+	if sel == nil {
+		errs = append(errs, field.Required(sp, ""))
+	} else {
+		errs = append(errs, metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{}, sp)...)
+		if len(sel.MatchLabels)+len(sel.MatchExpressions) == 0 {
+			errs = append(errs, field.Invalid(sp, sel, "empty selector is invalid for "+kind))
+		} else if s, err := metav1.LabelSelectorAsSelector(sel); err == nil && !s.Matches(labels.Set(t.Labels)) {
+			errs = append(errs, field.Invalid(specPath.Child("template", "metadata", "labels"), t.Labels, "`selector` does not match template `labels`"))
+		}
+	}
+	if oldT != nil {
+		errs = immutable(errs, sp, sel, oldSel)
+	}
+	return append(errs, validatePodTemplate(t, oldT, specPath.Child("template"), opts)...)
+}
+
+func validateDeployment(d, old *appsv1.Deployment, opts Options) field.ErrorList {
+	var oldSel *metav1.LabelSelector
+	var oldT *corev1.PodTemplateSpec
+	if old != nil {
+		oldSel, oldT = old.Spec.Selector, &old.Spec.Template
+	}
+	s := &d.Spec
+	errs := validateWorkload(&d.ObjectMeta, s.Selector, oldSel, &s.Template, oldT, "deployment", opts)
+	if s.Replicas != nil {
+		errs = nonNegative(errs, specPath.Child("replicas"), int64(*s.Replicas))
+	}
+	errs = nonNegative(errs, specPath.Child("minReadySeconds"), int64(s.MinReadySeconds))
+	if s.RevisionHistoryLimit != nil {
+		errs = nonNegative(errs, specPath.Child("revisionHistoryLimit"), int64(*s.RevisionHistoryLimit))
+	}
+	if pd := s.ProgressDeadlineSeconds; pd != nil {
+		pp := specPath.Child("progressDeadlineSeconds")
+		errs = nonNegative(errs, pp, int64(*pd))
+		if *pd <= s.MinReadySeconds {
+			errs = append(errs, field.Invalid(pp, *pd, "must be greater than minReadySeconds"))
+		}
+	}
+	stp := specPath.Child("strategy")
+	switch s.Strategy.Type {
+	case appsv1.RecreateDeploymentStrategyType:
+		if s.Strategy.RollingUpdate != nil {
+			errs = append(errs, field.Forbidden(stp.Child("rollingUpdate"), "may not be specified when strategy `type` is 'Recreate'"))
+		}
+	case appsv1.RollingUpdateDeploymentStrategyType:
+		if ru := s.Strategy.RollingUpdate; ru == nil {
+			errs = append(errs, field.Required(stp.Child("rollingUpdate"), "this should be defaulted and never be nil"))
+		} else {
+			errs = append(errs, validateRollingUpdate(ru.MaxUnavailable, ru.MaxSurge, stp.Child("rollingUpdate"))...)
+		}
+	case "":
+		errs = append(errs, field.Required(stp.Child("type"), ""))
+	default:
+		errs = append(errs, field.NotSupported(stp.Child("type"), s.Strategy.Type,
+			[]appsv1.DeploymentStrategyType{appsv1.RecreateDeploymentStrategyType, appsv1.RollingUpdateDeploymentStrategyType}))
+	}
+	return errs
+}
+
+func validateReplicaSet(rs, old *appsv1.ReplicaSet, opts Options) field.ErrorList {
+	var oldSel *metav1.LabelSelector
+	var oldT *corev1.PodTemplateSpec
+	if old != nil {
+		oldSel, oldT = old.Spec.Selector, &old.Spec.Template
+	}
+	s := &rs.Spec
+	errs := validateWorkload(&rs.ObjectMeta, s.Selector, oldSel, &s.Template, oldT, "replicaset", opts)
+	if s.Replicas != nil {
+		errs = nonNegative(errs, specPath.Child("replicas"), int64(*s.Replicas))
+	}
+	return nonNegative(errs, specPath.Child("minReadySeconds"), int64(s.MinReadySeconds))
+}
+
+func validateDaemonSet(ds, old *appsv1.DaemonSet, opts Options) field.ErrorList {
+	var oldSel *metav1.LabelSelector
+	var oldT *corev1.PodTemplateSpec
+	if old != nil {
+		oldSel, oldT = old.Spec.Selector, &old.Spec.Template
+	}
+	s := &ds.Spec
+	errs := validateWorkload(&ds.ObjectMeta, s.Selector, oldSel, &s.Template, oldT, "daemonset", opts)
+	errs = nonNegative(errs, specPath.Child("minReadySeconds"), int64(s.MinReadySeconds))
+	if s.RevisionHistoryLimit != nil {
+		errs = nonNegative(errs, specPath.Child("revisionHistoryLimit"), int64(*s.RevisionHistoryLimit))
+	}
+	up := specPath.Child("updateStrategy")
+	switch s.UpdateStrategy.Type {
+	case appsv1.OnDeleteDaemonSetStrategyType:
+	case appsv1.RollingUpdateDaemonSetStrategyType:
+		if ru := s.UpdateStrategy.RollingUpdate; ru == nil {
+			errs = append(errs, field.Required(up.Child("rollingUpdate"), ""))
+		} else {
+			errs = append(errs, validateRollingUpdate(ru.MaxUnavailable, ru.MaxSurge, up.Child("rollingUpdate"))...)
+		}
+	case "":
+		errs = append(errs, field.Required(up.Child("type"), ""))
+	default:
+		errs = append(errs, field.NotSupported(up.Child("type"), s.UpdateStrategy.Type,
+			[]appsv1.DaemonSetUpdateStrategyType{appsv1.OnDeleteDaemonSetStrategyType, appsv1.RollingUpdateDaemonSetStrategyType}))
+	}
+	return errs
+}
+
+// validateRollingUpdate: a rollout must be able to make progress, so
+// maxUnavailable and maxSurge may not both be zero.
+func validateRollingUpdate(maxUnavailable, maxSurge *intstr.IntOrString, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	up, sp := path.Child("maxUnavailable"), path.Child("maxSurge")
+	errs = append(errs, validateIntOrPercent(maxUnavailable, up)...)
+	errs = append(errs, validateIntOrPercent(maxSurge, sp)...)
+	if u, ok := percentOrInt(maxUnavailable); ok && maxUnavailable.Type == intstr.String && u > 100 {
+		errs = append(errs, field.Invalid(up, maxUnavailable.StrVal, "must not be greater than 100%"))
+	}
+	u, uok := percentOrInt(maxUnavailable)
+	s, sok := percentOrInt(maxSurge)
+	if uok && sok && u == 0 && s == 0 {
+		errs = append(errs, field.Invalid(up, maxUnavailable.String(), "may not be 0 when `maxSurge` is 0"))
+	}
+	return errs
+}
+
+func validateIntOrPercent(v *intstr.IntOrString, path *field.Path) field.ErrorList {
+	if v == nil {
+		return nil
+	}
+	switch v.Type {
+	case intstr.String:
+		if msgs := utilvalidation.IsValidPercent(v.StrVal); len(msgs) > 0 {
+			return field.ErrorList{field.Invalid(path, v.StrVal, "must be an integer or percentage (e.g '5%')")}
+		}
+	case intstr.Int:
+		return nonNegative(nil, path, int64(v.IntVal))
+	}
+	return nil
+}
+
+// percentOrInt is the number in v (the percentage for "25%"); ok is false
+// when v is absent or malformed.
+func percentOrInt(v *intstr.IntOrString) (int, bool) {
+	if v == nil {
+		return 0, false
+	}
+	if v.Type == intstr.Int {
+		return int(v.IntVal), true
+	}
+	n, err := strconv.Atoi(strings.TrimSuffix(v.StrVal, "%"))
+	return n, err == nil && strings.HasSuffix(v.StrVal, "%")
+}
+
+const notAboveReplicas = "cannot be greater than status.replicas"
+
+func validateDeploymentStatus(s *appsv1.DeploymentStatus) field.ErrorList {
+	p := field.NewPath("status")
+	var errs field.ErrorList
+	errs = nonNegative(errs, p.Child("observedGeneration"), s.ObservedGeneration)
+	for name, v := range map[string]int32{"replicas": s.Replicas, "updatedReplicas": s.UpdatedReplicas, "readyReplicas": s.ReadyReplicas, "availableReplicas": s.AvailableReplicas, "unavailableReplicas": s.UnavailableReplicas} {
+		errs = nonNegative(errs, p.Child(name), int64(v))
+	}
+	if s.CollisionCount != nil {
+		errs = nonNegative(errs, p.Child("collisionCount"), int64(*s.CollisionCount))
+	}
+	if s.UpdatedReplicas > s.Replicas {
+		errs = append(errs, field.Invalid(p.Child("updatedReplicas"), s.UpdatedReplicas, notAboveReplicas))
+	}
+	if s.ReadyReplicas > s.Replicas {
+		errs = append(errs, field.Invalid(p.Child("readyReplicas"), s.ReadyReplicas, notAboveReplicas))
+	}
+	if s.AvailableReplicas > s.Replicas {
+		errs = append(errs, field.Invalid(p.Child("availableReplicas"), s.AvailableReplicas, notAboveReplicas))
+	}
+	if s.AvailableReplicas > s.ReadyReplicas {
+		errs = append(errs, field.Invalid(p.Child("availableReplicas"), s.AvailableReplicas, "cannot be greater than readyReplicas"))
+	}
+	return sortByField(errs)
+}
+
+func validateReplicaSetStatus(s *appsv1.ReplicaSetStatus) field.ErrorList {
+	p := field.NewPath("status")
+	var errs field.ErrorList
+	errs = nonNegative(errs, p.Child("observedGeneration"), s.ObservedGeneration)
+	for name, v := range map[string]int32{"replicas": s.Replicas, "fullyLabeledReplicas": s.FullyLabeledReplicas, "readyReplicas": s.ReadyReplicas, "availableReplicas": s.AvailableReplicas} {
+		errs = nonNegative(errs, p.Child(name), int64(v))
+	}
+	if s.FullyLabeledReplicas > s.Replicas {
+		errs = append(errs, field.Invalid(p.Child("fullyLabeledReplicas"), s.FullyLabeledReplicas, notAboveReplicas))
+	}
+	if s.ReadyReplicas > s.Replicas {
+		errs = append(errs, field.Invalid(p.Child("readyReplicas"), s.ReadyReplicas, notAboveReplicas))
+	}
+	if s.AvailableReplicas > s.Replicas {
+		errs = append(errs, field.Invalid(p.Child("availableReplicas"), s.AvailableReplicas, notAboveReplicas))
+	}
+	if s.AvailableReplicas > s.ReadyReplicas {
+		errs = append(errs, field.Invalid(p.Child("availableReplicas"), s.AvailableReplicas, "cannot be greater than readyReplicas"))
+	}
+	return sortByField(errs)
+}
+
+func validateDaemonSetStatus(s *appsv1.DaemonSetStatus) field.ErrorList {
+	p := field.NewPath("status")
+	var errs field.ErrorList
+	errs = nonNegative(errs, p.Child("observedGeneration"), s.ObservedGeneration)
+	for name, v := range map[string]int32{
+		"currentNumberScheduled": s.CurrentNumberScheduled, "numberMisscheduled": s.NumberMisscheduled,
+		"desiredNumberScheduled": s.DesiredNumberScheduled, "numberReady": s.NumberReady,
+		"updatedNumberScheduled": s.UpdatedNumberScheduled, "numberAvailable": s.NumberAvailable,
+		"numberUnavailable": s.NumberUnavailable,
+	} {
+		errs = nonNegative(errs, p.Child(name), int64(v))
+	}
+	if s.CollisionCount != nil {
+		errs = nonNegative(errs, p.Child("collisionCount"), int64(*s.CollisionCount))
+	}
+	return sortByField(errs)
+}
