@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -137,6 +139,32 @@ func DeleteNamespace(ctx context.Context, client *containerd.Client, ns string) 
 
 	if err := client.NamespaceService().Delete(ctx, ns); err != nil && !errdefs.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("delete namespace: %w", err))
+	}
+	if err := removeCgroups(ns); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// removeCgroups removes the empty parent cgroups runc leaves at /<ns> (it
+// removes only each container's own cgroup).
+func removeCgroups(ns string) error {
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", ns))
+	dirs = append(dirs, filepath.Join("/sys/fs/cgroup", ns))
+	var errs []error
+	for _, d := range dirs {
+		var sub []string
+		filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
+			if err == nil && e.IsDir() {
+				sub = append(sub, p)
+			}
+			return nil
+		})
+		for i := len(sub) - 1; i >= 0; i-- { // children before parents
+			if err := os.Remove(sub[i]); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", sub[i], err))
+			}
+		}
 	}
 	return errors.Join(errs...)
 }
