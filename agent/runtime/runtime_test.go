@@ -57,7 +57,7 @@ type env struct {
 	dir    string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	client, ns := testimage.Containerd(t)
 	ref := testimage.App(t)
