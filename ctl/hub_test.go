@@ -3,6 +3,8 @@ package ctl
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,12 +12,18 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
+	"flotilla.dev/flotilla/hub"
 	"flotilla.dev/flotilla/hub/hubtest"
+	"flotilla.dev/flotilla/hub/scheduler"
 )
 
 // hubRun runs flotctl against a real hub, finding it the way a user
@@ -198,5 +206,59 @@ func TestAgainstHubGitSourcesFleetAndWatch(t *testing.T) {
 	cancel()
 	if code := <-done; code != 0 {
 		t.Errorf("get -w exit %d", code)
+	}
+}
+
+// The Diagnosis of an unschedulable pod, from the state the real scheduler
+// leaves (its PodScheduled condition and FailedScheduling event).
+func TestAgainstHubDiagnosisOfUnschedulablePod(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a hub; skipped with -short")
+	}
+	loop := hub.Loop{Name: "scheduler", Run: func(ctx context.Context, cfg *rest.Config) error {
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		s, err := scheduler.New(cs, informers.NewSharedInformerFactory(cs, 0), scheduler.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			return err
+		}
+		return s.Run(ctx)
+	}}
+	h := hubtest.Start(t, hubtest.Options{Loops: []hub.Loop{loop}})
+	r := &hubRun{t: t, hub: h, env: map[string]string{"FLOTILLA_KUBECONFIG": filepath.Join(h.DataDir, "admin.kubeconfig")}}
+	ctx := context.Background()
+
+	n := node("edge-1", true)
+	n.CreationTimestamp = metav1.Time{}
+	st := n.Status
+	n.Status.Allocatable = corev1.ResourceList{corev1.ResourcePods: resource.MustParse("110"), corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("4Gi")}
+	got, err := h.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Status = st
+	got.Status.Allocatable = n.Status.Allocatable
+	got.Status.Capacity = n.Status.Allocatable
+	got.Status.Conditions[0].LastHeartbeatTime = metav1.Now()
+	if _, err := h.Client.CoreV1().Nodes().UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "riscv-only", Namespace: "default"},
+		Spec: corev1.PodSpec{NodeSelector: map[string]string{"kubernetes.io/arch": "riscv64"},
+			Containers: []corev1.Container{{Name: "app", Image: "registry.local/app@sha256:" + strings.Repeat("b", 64)}}}}
+	if _, err := h.Client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	waitFor(t, func() bool {
+		out, _, _ = r.run(ctx, "", "describe", "pod", "riscv-only")
+		return strings.Contains(out, "FailedScheduling")
+	})
+	for _, want := range []string{"Stuck at: scheduling", "Owner:    the scheduler", "not scheduled: 0/1 nodes are available", "kubernetes.io/arch=riscv64"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("describe lacks %q:\n%s", want, out)
+		}
 	}
 }
