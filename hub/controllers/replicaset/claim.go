@@ -17,12 +17,12 @@ import (
 // Claimer decides which of a set of objects an owner controls, adopting
 // matching orphans and releasing owned objects that no longer match, as
 // Kubernetes' ControllerRefManager does. Patch applies a strategic merge
-// patch to the named object (namespace of the owner).
+// patch to the named object (namespace of the owner) and returns the result.
 type Claimer[T metav1.Object] struct {
 	Owner    metav1.Object
 	OwnerGVK schema.GroupVersionKind
 	Selector labels.Selector
-	Patch    func(ctx context.Context, name string, data []byte) error
+	Patch    func(ctx context.Context, name string, data []byte) (T, error)
 	// CanAdopt is called at most once, before the first adoption, with an
 	// uncached read of the owner: adopting for an owner that is being deleted
 	// (or was deleted and recreated) would orphan the object again at once.
@@ -39,67 +39,71 @@ func (c *Claimer[T]) Claim(ctx context.Context, objs []T) ([]T, error) {
 	var claimed []T
 	var errs []error
 	for _, o := range objs {
-		ok, err := c.claimOne(ctx, o)
+		got, ok, err := c.claimOne(ctx, o)
 		if err != nil {
 			errs = append(errs, err)
 		}
 		if ok {
-			claimed = append(claimed, o)
+			claimed = append(claimed, got)
 		}
 	}
 	return claimed, errors.Join(errs...)
 }
 
-func (c *Claimer[T]) claimOne(ctx context.Context, o T) (bool, error) {
+func (c *Claimer[T]) claimOne(ctx context.Context, o T) (T, bool, error) {
 	ref := metav1.GetControllerOfNoCopy(o)
 	match := c.Selector.Matches(labels.Set(o.GetLabels()))
 	if ref != nil {
 		if ref.UID != c.Owner.GetUID() {
-			return false, nil // someone else's
+			return o, false, nil // someone else's
 		}
 		if match {
-			return true, nil
+			return o, true, nil
 		}
 		// An owner being deleted keeps what it has so the garbage collector
 		// can finish; otherwise a no-longer-matching object goes free.
 		if c.Owner.GetDeletionTimestamp() != nil {
-			return false, nil
+			return o, false, nil
 		}
 		if err := c.release(ctx, o); err != nil {
 			if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
-				return false, nil // gone or changed: it is no longer ours to release
+				return o, false, nil // gone or changed: it is no longer ours to release
 			}
-			return false, err
+			return o, false, err
 		}
-		return false, nil
+		return o, false, nil
 	}
 	if !match || c.Owner.GetDeletionTimestamp() != nil || o.GetDeletionTimestamp() != nil {
-		return false, nil
+		return o, false, nil
 	}
-	if err := c.adopt(ctx, o); err != nil {
+	adopted, err := c.adopt(ctx, o)
+	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return false, nil
+			return o, false, nil
 		}
-		return false, err
+		return o, false, err
 	}
-	return true, nil
+	return adopted, true, nil
 }
 
-func (c *Claimer[T]) adopt(ctx context.Context, o T) error {
+// adopt returns the patched object: later writes in the same sync must
+// start from its resourceVersion, not the cache's.
+func (c *Claimer[T]) adopt(ctx context.Context, o T) (T, error) {
 	if c.CanAdopt != nil {
 		c.once.Do(func() { c.adoptErr = c.CanAdopt(ctx) })
 		if c.adoptErr != nil {
-			return fmt.Errorf("adopt %s/%s: %w", o.GetNamespace(), o.GetName(), c.adoptErr)
+			return o, fmt.Errorf("adopt %s/%s: %w", o.GetNamespace(), o.GetName(), c.adoptErr)
 		}
 	}
 	data, err := AdoptPatch(c.Owner, c.OwnerGVK, o.GetUID())
 	if err != nil {
-		return err
+		return o, err
 	}
-	if err := c.Patch(ctx, o.GetName(), data); err != nil {
-		return fmt.Errorf("adopt %s/%s: %w", o.GetNamespace(), o.GetName(), err)
+	out, err := c.Patch(ctx, o.GetName(), data)
+	if err != nil {
+		return o, fmt.Errorf("adopt %s/%s: %w", o.GetNamespace(), o.GetName(), err)
 	}
-	return nil
+	return out, nil
 }
 
 func (c *Claimer[T]) release(ctx context.Context, o T) error {
@@ -107,7 +111,7 @@ func (c *Claimer[T]) release(ctx context.Context, o T) error {
 	if err != nil {
 		return err
 	}
-	if err := c.Patch(ctx, o.GetName(), data); err != nil {
+	if _, err := c.Patch(ctx, o.GetName(), data); err != nil {
 		return fmt.Errorf("release %s/%s: %w", o.GetNamespace(), o.GetName(), err)
 	}
 	return nil

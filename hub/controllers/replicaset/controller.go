@@ -271,9 +271,8 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		Owner:    rs,
 		OwnerGVK: GVK,
 		Selector: selector,
-		Patch: func(ctx context.Context, name string, data []byte) error {
-			_, err := c.client.CoreV1().Pods(ns).Patch(ctx, name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
-			return err
+		Patch: func(ctx context.Context, name string, data []byte) (*corev1.Pod, error) {
+			return c.client.CoreV1().Pods(ns).Patch(ctx, name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
 		},
 		CanAdopt: func(ctx context.Context) error {
 			fresh, err := c.client.AppsV1().ReplicaSets(ns).Get(ctx, name, metav1.GetOptions{})
