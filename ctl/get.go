@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 
@@ -277,6 +278,9 @@ func (a *App) printEvents(ctx context.Context, w watch.Interface, format output.
 			}
 			if m, err := meta.Accessor(ev.Object); err == nil {
 				opts.ResourceVersion = m.GetResourceVersion()
+				if len(rq.names) > 1 && !slices.Contains(rq.names, m.GetName()) {
+					continue
+				}
 			}
 			topts := output.TableOptions{Now: a.now(), NoHeaders: !*headers, ShowLabels: o.showLabels, WithNamespace: a.flags.AllNamespaces && rq.res.Namespaced}
 			*headers = false

@@ -306,6 +306,10 @@ func Render(w io.Writer, r *Report, o Options) error {
 		return err
 	}
 
+	if r.Online+r.Offline == 0 && len(r.Problems) == 0 {
+		_, err := fmt.Fprintln(w, "No device has joined yet: create a join token with `flotilla-hub token create` and start flotilla-agent on a device.")
+		return err
+	}
 	if len(r.Problems) == 0 {
 		_, err := fmt.Fprintln(w, st.Green("No problems: every device is online and every workload is ready."))
 		return err
