@@ -53,25 +53,25 @@ func (e *Expectations) Satisfied(key string) bool {
 	return e.clock.Since(x.at) > ExpectationsTimeout
 }
 
-// ExpectCreations records that n creations were requested for key,
-// replacing any earlier expectation (callers act only when Satisfied).
-func (e *Expectations) ExpectCreations(key string, n int) {
+// Expect records that add creations and the deletions of deleteKeys were
+// requested for key, replacing any earlier expectation (callers act only
+// when Satisfied).
+func (e *Expectations) Expect(key string, add int, deleteKeys []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.m[key] = &expectation{add: n, deleting: map[string]struct{}{}, at: e.clock.Now()}
-}
-
-// ExpectDeletions records that the pods named by podKeys are being deleted
-// for key, replacing any earlier expectation.
-func (e *Expectations) ExpectDeletions(key string, podKeys []string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	x := &expectation{deleting: make(map[string]struct{}, len(podKeys)), at: e.clock.Now()}
-	for _, k := range podKeys {
+	x := &expectation{add: add, deleting: make(map[string]struct{}, len(deleteKeys)), at: e.clock.Now()}
+	for _, k := range deleteKeys {
 		x.deleting[k] = struct{}{}
 	}
 	e.m[key] = x
 }
+
+// ExpectCreations records that n creations were requested for key.
+func (e *Expectations) ExpectCreations(key string, n int) { e.Expect(key, n, nil) }
+
+// ExpectDeletions records that the objects named by keys are being deleted
+// for key.
+func (e *Expectations) ExpectDeletions(key string, keys []string) { e.Expect(key, 0, keys) }
 
 // CreationObserved counts one expected creation as seen (or as failed).
 func (e *Expectations) CreationObserved(key string) {
