@@ -1,0 +1,178 @@
+// Command flotilla-bench runs the benchmark drivers behind `make bench`
+// and prints one line per figure, beside its target. Figures are printed,
+// never asserted.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"flotilla.dev/flotilla/bench/hubapi"
+	schedulerbench "flotilla.dev/flotilla/bench/scheduler"
+)
+
+func main() {
+	only := flag.String("only", "", "comma-separated figures to run (api,fanout,scheduler); empty runs all")
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	want := func(name string) bool {
+		return *only == "" || strings.Contains(","+*only+",", ","+name+",")
+	}
+	failed := false
+	report := func(name string, err error) {
+		if err != nil {
+			fmt.Printf("%-44s ERROR %v\n", name, err)
+			failed = true
+		}
+	}
+	if want("api") || want("fanout") {
+		hub, err := startHub(ctx)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "starting the hub:", err)
+			os.Exit(1)
+		}
+		defer hub.stop()
+		if want("api") {
+			for _, c := range []struct{ clients, n int }{{1, 1000}, {16, 8000}} {
+				ns, err := hub.namespace(ctx, fmt.Sprintf("bench-create-%d", c.clients))
+				if err != nil {
+					report("hub creates", err)
+					continue
+				}
+				r, err := hubapi.Creates(ctx, hub.cfg, ns, c.clients, c.n)
+				report(fmt.Sprintf("hub creates, %d client(s)", c.clients), err)
+				if err == nil {
+					fmt.Printf("%-44s %8.0f creates/s  p50 %v  p99 %v  (target ≥ 2,000/s with 16 clients)\n",
+						fmt.Sprintf("hub creates, %d client(s)", c.clients), r.PerSec, r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond))
+				}
+			}
+		}
+		if want("fanout") {
+			for _, n := range []int{1000, 10000} {
+				ns, err := hub.namespace(ctx, fmt.Sprintf("bench-fanout-%d", n))
+				if err != nil {
+					report("watch fan-out", err)
+					continue
+				}
+				r, err := hubapi.Fanout(ctx, hub.cfg, ns, n, hub.cmd.Process.Pid)
+				name := fmt.Sprintf("watch fan-out, %d watchers", n)
+				report(name, err)
+				if err == nil {
+					fmt.Printf("%-44s p50 %v  p99 %v  all %v  hub RSS %d MB  (target p99 ≤ 1 s, RSS ≤ 1 GB at 10,000)\n",
+						name, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.All.Round(time.Millisecond), r.HubRSS>>20)
+				}
+			}
+		}
+	}
+	if want("scheduler") {
+		for _, nodes := range []int{1000, 5000} {
+			name := fmt.Sprintf("scheduler, %d nodes, 10,000 pods", nodes)
+			algo, err := schedulerbench.RunAlgorithm(ctx, nodes, 10000)
+			report(name+" (algorithm)", err)
+			e2e, err2 := schedulerbench.Run(ctx, nodes, 10000)
+			report(name+" (with binding)", err2)
+			if err == nil && err2 == nil {
+				fmt.Printf("%-44s %8.0f pods/s end to end, %.0f pods/s placement alone  (target ≥ 1,000 pods/s at 5,000)\n", name, e2e, algo)
+			}
+		}
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+type hubProc struct {
+	cmd *exec.Cmd
+	dir string
+	cfg *rest.Config
+	cs  kubernetes.Interface
+}
+
+func (h *hubProc) stop() {
+	_ = h.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = h.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = h.cmd.Process.Kill()
+		<-done
+	}
+	_ = os.RemoveAll(h.dir)
+}
+
+func (h *hubProc) namespace(ctx context.Context, name string) (string, error) {
+	_, err := h.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	return name, err
+}
+
+// startHub runs the flotilla-hub binary (from $FLOTILLA_BIN, as make bench
+// builds it) on loopback with a temporary data dir.
+func startHub(ctx context.Context) (*hubProc, error) {
+	bin := filepath.Join(os.Getenv("FLOTILLA_BIN"), "flotilla-hub")
+	if os.Getenv("FLOTILLA_BIN") == "" {
+		bin = "flotilla-hub"
+	}
+	dir, err := os.MkdirTemp("", "flotilla-bench-hub-")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, bin, "serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--config=", "--log-level", "warn")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("running %s: %w (run `make bench`, which builds it)", bin, err)
+	}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		signalled := false
+		for sc.Scan() {
+			if !signalled && strings.Contains(sc.Text(), "admin kubeconfig:") {
+				close(ready)
+				signalled = true
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("the hub did not start within 30s")
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "admin.kubeconfig"))
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = -1, 0
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	h := &hubProc{cmd: cmd, dir: dir, cfg: cfg, cs: cs}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if _, err := cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err == nil {
+			return h, nil
+		} else if time.Now().After(deadline) {
+			h.stop()
+			return nil, fmt.Errorf("the hub does not answer: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
