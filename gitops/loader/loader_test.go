@@ -1,0 +1,156 @@
+package loader
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"testing/fstest"
+)
+
+const cm = `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: %s
+data:
+  k: v
+`
+
+func file(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
+
+func ids(objs []Object) []string {
+	var out []string
+	for _, o := range objs {
+		out = append(out, o.ID())
+	}
+	return out
+}
+
+func TestLoadMultiDocumentAndJSON(t *testing.T) {
+	fsys := fstest.MapFS{
+		"apps/a.yaml":    file("---\n# comment\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: shop}\n---\n---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: shop\n"),
+		"apps/b.json":    file(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"b"},"data":{"n":"1"}}`),
+		"apps/list.yml":  file("apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: c}\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: d}\n"),
+		"apps/README.md": file("# not a manifest"),
+		"other/x.yaml":   file("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"),
+	}
+	objs, err := Load(fsys, []string{"apps"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(ids(objs), ",")
+	want := "ConfigMap shop/a,Namespace shop,ConfigMap b,ConfigMap c,ConfigMap d"
+	if got != want {
+		t.Fatalf("objects = %s, want %s", got, want)
+	}
+	if objs[1].Line != 8 || objs[1].File != "apps/a.yaml" {
+		t.Errorf("Namespace at %s:%d, want apps/a.yaml:8", objs[1].File, objs[1].Line)
+	}
+	if objs[4].Line != 7 {
+		t.Errorf("second List item at line %d, want 7", objs[4].Line)
+	}
+	if n, ok := objs[0].Obj.Object["metadata"].(map[string]any); !ok || n["name"] != "a" {
+		t.Errorf("metadata not decoded: %#v", objs[0].Obj.Object)
+	}
+}
+
+func TestLoadErrorsNameFileAndLine(t *testing.T) {
+	fsys := fstest.MapFS{
+		"ok.yaml":     file("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok}\n"),
+		"broken.yaml": file("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n   bad: indent\n"),
+		"noname.yaml": file("apiVersion: v1\nkind: ConfigMap\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: fine}\n"),
+		"broken.json": file("{\n\"apiVersion\": \"v1\",\n\"kind\": \n}"),
+		"scalar.yaml": file("just a string\n"),
+		"dupkey.yaml": file("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: d}\ndata: {a: 1}\ndata: {b: 2}\n"),
+		"label.yaml":  file("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: l\n  labels: {n: 1}\n"),
+	}
+	_, err := Load(fsys, nil)
+	var es Errors
+	if !errors.As(err, &es) {
+		t.Fatalf("error %v is not Errors", err)
+	}
+	want := map[string]int{"broken.yaml": 5, "noname.yaml": 1, "broken.json": 4, "scalar.yaml": 1, "dupkey.yaml": 5, "label.yaml": 1}
+	got := map[string]int{}
+	for _, e := range es {
+		got[e.File] = e.Line
+	}
+	for f, line := range want {
+		l, ok := got[f]
+		if !ok {
+			t.Errorf("no error for %s in %v", f, err)
+			continue
+		}
+		if l != line {
+			t.Errorf("%s: error at line %d, want %d (%v)", f, l, line, err)
+		}
+	}
+	if _, ok := got["ok.yaml"]; ok {
+		t.Errorf("error for a good file: %v", err)
+	}
+	if !strings.Contains(err.Error(), "broken.yaml:5") {
+		t.Errorf("message %q does not say file:line", err)
+	}
+}
+
+func TestLoadIgnoreFiles(t *testing.T) {
+	fsys := fstest.MapFS{
+		".flotillaignore":       file("# drafts\ndrafts/\n*.local.yaml\n"),
+		"a.yaml":                file("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n"),
+		"a.local.yaml":          file("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: local}\n"),
+		"drafts/d.yaml":         file("not: [valid"),
+		"sub/.flotillaignore":   file("skip.yaml\n!keep.local.yaml\n"),
+		"sub/skip.yaml":         file("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: skip}\n"),
+		"sub/keep.local.yaml":   file("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: keep}\n"),
+		".github/workflow.yaml": file("on: push\n"),
+	}
+	objs, err := Load(fsys, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(ids(objs), ","); got != "ConfigMap a,ConfigMap keep" {
+		t.Fatalf("objects = %s", got)
+	}
+}
+
+func TestLoadMissingPath(t *testing.T) {
+	_, err := Load(fstest.MapFS{"a.yaml": file("")}, []string{"nope"})
+	if !errors.Is(err, ErrNoPath) {
+		t.Fatalf("err = %v, want ErrNoPath", err)
+	}
+}
+
+func TestLoadKustomizeOverlay(t *testing.T) {
+	fsys := fstest.MapFS{
+		"base/kustomization.yaml":            file("resources:\n- cm.yaml\n"),
+		"base/cm.yaml":                       file("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app}\ndata: {color: blue}\n"),
+		"overlays/shop/kustomization.yaml":   file("namespace: shop\nnamePrefix: shop-\nresources:\n- ../../base\npatches:\n- path: patch.yaml\n"),
+		"overlays/shop/patch.yaml":           file("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app}\ndata: {color: red}\n"),
+		"overlays/shop/ignored-by-kust.yaml": file("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: stray}\n"),
+	}
+	objs, err := Load(fsys, []string{"overlays/shop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 1 || objs[0].ID() != "ConfigMap shop/shop-app" {
+		t.Fatalf("objects = %v", ids(objs))
+	}
+	if c, _, _ := unstructuredString(objs[0], "data", "color"); c != "red" {
+		t.Errorf("color = %q, want red (the overlay's patch)", c)
+	}
+	if objs[0].File != "overlays/shop/kustomization.yaml" {
+		t.Errorf("file = %s", objs[0].File)
+	}
+}
+
+func TestLoadKustomizeRefusesRemote(t *testing.T) {
+	fsys := fstest.MapFS{
+		"k/kustomization.yaml": file("resources:\n- https://github.com/example/repo//deploy?ref=main\n- github.com/example/other\n"),
+	}
+	_, err := Load(fsys, nil)
+	var es Errors
+	if !errors.As(err, &es) || len(es) != 2 {
+		t.Fatalf("err = %v, want two errors", err)
+	}
+	if !strings.Contains(es[0].Error(), "not in the commit") {
+		t.Errorf("message %q", es[0])
+	}
+}
