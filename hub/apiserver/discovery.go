@@ -108,6 +108,11 @@ func resourceList(gv schema.GroupVersion) *metav1.APIResourceList {
 				Name: r.GVR.Resource + "/status", Namespaced: r.Namespaced, Kind: r.Kind, Verbs: verbsStatus,
 			})
 		}
+		if hasScale(r.Kind) {
+			list.APIResources = append(list.APIResources, metav1.APIResource{
+				Name: r.GVR.Resource + "/scale", Namespaced: true, Group: "autoscaling", Version: "v1", Kind: "Scale", Verbs: verbsStatus,
+			})
+		}
 		if r.Kind == "Pod" {
 			list.APIResources = append(list.APIResources,
 				metav1.APIResource{Name: "pods/binding", Namespaced: true, Kind: "Binding", Verbs: metav1.Verbs{"create"}})

@@ -56,6 +56,12 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, ri *reque
 		default:
 			err = methodNotAllowed(ri.Resource, r.Method)
 		}
+	case "scale":
+		if !hasScale(ri.Resource.Kind) {
+			err = notFoundPath(r)
+			break
+		}
+		err = s.handleScale(w, r, ri)
 	case "binding":
 		if ri.Resource.Kind != "Pod" || ri.Verb != "create" {
 			err = notFoundPath(r)

@@ -44,6 +44,10 @@ type Config struct {
 	Public []string
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// Admission, Audit and Limits: see hooks.go. Admission and Audit may be nil.
+	Admission Admission
+	Audit     Auditor
+	Limits    Limits
 }
 
 // Server is the hub's API server.
@@ -58,6 +62,7 @@ type Server struct {
 	ready   chan struct{}
 	// nsQueue carries namespaces being deleted to the namespace finalizer.
 	nsQueue chan string
+	limits  *limiters
 }
 
 // maxBodyBytes bounds request bodies; objects are further bounded by
@@ -88,6 +93,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Registry = prometheus.NewRegistry()
 	}
 	s := &Server{cfg: cfg, log: cfg.Log, store: cfg.Store, now: cfg.Now, ready: make(chan struct{}), nsQueue: make(chan string, 1024)}
+	s.limits = newLimiters(cfg.Limits, cfg.Now)
 	s.metrics = newMetrics(cfg.Registry, func() *watchCache { return s.cache })
 	s.cache = newWatchCache(cfg.Log, cfg.Store, cfg.WatchWindow, cfg.WatcherBuffer, s.metrics)
 	alloc, err := newServiceAllocator(cfg.ServiceCIDR, cfg.NodePortBase, cfg.NodePortSize)
@@ -133,6 +139,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rec := &statusRecorder{ResponseWriter: w}
 	ri, isResource, perr := parseRequest(r)
+	r, rr := s.startRequest(r)
+	defer s.finishRequest(r, rec, rr, &ri, isResource)
 	defer func() {
 		if !isResource || ri.Resource == nil {
 			return
@@ -160,11 +168,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	user, err := s.cfg.Authenticator.Authenticate(r)
 	public := s.isPublic(path)
+	if err == nil && user != nil && r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		rr.user, rr.cert = user, r.TLS.PeerCertificates[0]
+	}
+	release, ok := s.guard(rec, r, rr, &ri, isResource)
+	if !ok {
+		return
+	}
+	defer release()
+	defer func() { s.chargeRefusal(rr, rec.code()) }()
 	if (err != nil || user == nil) && !public {
 		msg := "Unauthorized: this hub needs a client certificate signed by its CA (use the kubeconfig the hub wrote, or join with a token)"
 		if err != nil {
 			msg = "Unauthorized: " + err.Error()
 		}
+		rr.reason = msg
 		s.writeError(rec, r, apierrors.NewUnauthorized(msg), nil)
 		return
 	}
@@ -209,7 +227,13 @@ func (s *Server) isPublic(path string) bool {
 }
 
 func (s *Server) authorize(w http.ResponseWriter, r *http.Request, a Attributes, ri *requestInfo) bool {
+	if rr := recordFrom(r.Context()); rr != nil {
+		rr.attrs = a
+	}
 	ok, reason, err := s.cfg.Authorizer.Authorize(r.Context(), a)
+	if rr := recordFrom(r.Context()); rr != nil {
+		rr.reason = reason
+	}
 	if err != nil {
 		s.writeError(w, r, apierrors.NewInternalError(fmt.Errorf("authorizing: %w", err)), ri)
 		return false

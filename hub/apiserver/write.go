@@ -70,6 +70,9 @@ func (s *Server) create(ctx context.Context, res *api.Resource, obj runtime.Obje
 			return nil, nil, err
 		}
 	}
+	if err := s.admit(ctx, obj, nil); err != nil {
+		return nil, nil, err
+	}
 	release, err := s.admitCreate(res, obj, dryRun)
 	if err != nil {
 		return nil, nil, err
@@ -192,6 +195,9 @@ func (s *Server) update(ctx context.Context, res *api.Resource, ns, name, subres
 		}
 		obj, err = s.prepareUpdate(res, subresource, obj, cur)
 		if err != nil {
+			return nil, nil, false, err
+		}
+		if err := s.admit(ctx, obj, cur); err != nil {
 			return nil, nil, false, err
 		}
 		m, _ := meta.Accessor(obj)
@@ -376,6 +382,9 @@ func (s *Server) delete(ctx context.Context, res *api.Resource, ns, name string,
 		}
 		m, _ := meta.Accessor(cur)
 		m.SetResourceVersion(strconv.FormatInt(kv.ModRevision, 10))
+		if err := s.admit(ctx, nil, cur); err != nil {
+			return nil, nil, err
+		}
 		if p := opts.Preconditions; p != nil {
 			if p.UID != nil && *p.UID != m.GetUID() {
 				return nil, nil, apierrors.NewConflict(res.GVR.GroupResource(), name, fmt.Errorf("the UID in the precondition (%s) does not match the UID in record (%s); the object might have been deleted and then recreated", *p.UID, m.GetUID()))

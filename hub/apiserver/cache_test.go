@@ -1,0 +1,124 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/hub/store/boltstore"
+)
+
+func newTestCache(t *testing.T, window, buffer int) (*watchCache, *boltstore.Store) {
+	t.Helper()
+	st, err := boltstore.Open(filepath.Join(t.TempDir(), "state.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c := newWatchCache(log, st, window, buffer, newMetrics(nil, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = c.Run(ctx) }()
+	<-c.ready
+	return c, st
+}
+
+var cmRes, _ = api.ResourceForKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+
+func putConfigMap(t *testing.T, st *boltstore.Store, name string) int64 {
+	t.Helper()
+	data, err := encodeObject(cmRes, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := st.Create(context.Background(), objectKey(cmRes, "default", name), data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rev
+}
+
+// A watcher that does not read is closed once its buffer is full; writers
+// and other watchers carry on, and memory stays bounded by the buffer.
+func TestSlowWatcherIsDropped(t *testing.T) {
+	c, st := newTestCache(t, 100, 4)
+	slow, _, _, err := c.subscribe(cmRes, 0, true, &filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, _, _, err := c.subscribe(cmRes, 0, true, &filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan int, 100)
+	go func() {
+		n := 0
+		for range fast.ch {
+			n++
+			got <- n
+		}
+	}()
+	var last int64
+	for i := 0; i < 10; i++ {
+		last = putConfigMap(t, st, fmt.Sprintf("cm%d", i))
+	}
+	if err := c.waitFor(context.Background(), last); err != nil {
+		t.Fatal(err)
+	}
+	// The slow watcher's channel was closed after 4 buffered events.
+	n := 0
+	for range slow.ch {
+		n++
+	}
+	if n != 4 {
+		t.Errorf("slow watcher got %d buffered events before being closed, want 4", n)
+	}
+	deadline := time.After(5 * time.Second)
+	for seen := 0; seen < 10; {
+		select {
+		case seen = <-got:
+		case <-deadline:
+			t.Fatalf("the fast watcher got %d of 10 events", seen)
+		}
+	}
+	if c.watcherCount() != 1 {
+		t.Errorf("watchers = %d, want 1 (the slow one removed)", c.watcherCount())
+	}
+}
+
+// Resuming from a revision that has left the window is refused, so the
+// client re-lists instead of silently missing events.
+func TestResumeOutsideWindow(t *testing.T) {
+	c, st := newTestCache(t, 3, 10)
+	first := putConfigMap(t, st, "a")
+	var last int64
+	for i := 0; i < 5; i++ {
+		last = putConfigMap(t, st, fmt.Sprintf("b%d", i))
+	}
+	if err := c.waitFor(context.Background(), last); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := c.subscribe(cmRes, first, false, &filter{}); err == nil {
+		t.Fatal("resuming from a revision outside the window must fail")
+	}
+	_, backlog, _, err := c.subscribe(cmRes, last-2, false, &filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(backlog) != 2 || backlog[0].rev != last-1 || backlog[1].rev != last {
+		t.Fatalf("backlog from %d: %d events", last-2, len(backlog))
+	}
+	// Every watcher of one event shares one encoding.
+	if &backlog[0].line()[0] != &backlog[0].line()[0] {
+		t.Error("an event was encoded twice")
+	}
+}

@@ -1,0 +1,90 @@
+package apiserver_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"flotilla.dev/flotilla/hub/hubtest"
+)
+
+// TestKubectlWorksUnchanged drives the hub with a stock kubectl: apply (with
+// its default validation, which needs the OpenAPI documents), get with
+// server-side columns, explain, patch, logs of a strict-validation error,
+// and delete.
+func TestKubectlWorksUnchanged(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("kubectl is not installed")
+	}
+	h := hubtest.Start(t)
+	dir := t.TempDir()
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(kubectl, append([]string{"--kubeconfig", h.KubeconfigPath()}, args...)...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	manifest := filepath.Join(dir, "app.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(manifest, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app := `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - name: web
+        image: ` + testImage + `
+        ports: [{containerPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+`
+	write(app)
+	if out, err := run("apply", "-f", manifest); err != nil || !strings.Contains(out, "deployment.apps/web created") {
+		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
+	write(strings.Replace(app, "replicas: 2", "replicas: 3", 1))
+	if out, err := run("apply", "-f", manifest); err != nil || !strings.Contains(out, "deployment.apps/web configured") || !strings.Contains(out, "service/web unchanged") {
+		t.Fatalf("kubectl apply of a change: %v\n%s", err, out)
+	}
+	out, err := run("get", "deployments")
+	if err != nil || !strings.Contains(out, "UP-TO-DATE") || !strings.Contains(out, "web") {
+		t.Fatalf("kubectl get deployments: %v\n%s", err, out)
+	}
+	out, err = run("get", "deploy", "web", "-o", "jsonpath={.spec.replicas}")
+	if err != nil || out != "3" {
+		t.Fatalf("replicas after apply: %v %q", err, out)
+	}
+	out, err = run("explain", "pods.spec.containers.image")
+	if err != nil || !strings.Contains(out, "image") {
+		t.Fatalf("kubectl explain: %v\n%s", err, out)
+	}
+	write(strings.Replace(app, "replicas: 2", "replicas: 3\n  replicaz: 4", 1))
+	out, err = run("apply", "-f", manifest)
+	if err == nil || !strings.Contains(out, "replicaz") {
+		t.Fatalf("kubectl apply with an unknown field must fail naming it: %v\n%s", err, out)
+	}
+	if out, err := run("scale", "deployment/web", "--replicas=1"); err != nil {
+		t.Fatalf("kubectl scale: %v\n%s", err, out)
+	}
+	if out, err := run("delete", "-f", manifest); err != nil {
+		t.Fatalf("kubectl delete: %v\n%s", err, out)
+	}
+	if out, _ := run("get", "deploy", "web"); !strings.Contains(out, "NotFound") {
+		t.Fatalf("after delete: %s", out)
+	}
+}
