@@ -1,0 +1,20 @@
+// Package daemonset owns the DaemonSet loop: exactly one pod of each
+// DaemonSet on every eligible node, which on an edge fleet is the everyday
+// workload ("run this on every shop's device").
+//
+// As in Kubernetes: a node is eligible when it matches the template's
+// nodeSelector and required node affinity and every NoSchedule/NoExecute
+// taint is tolerated, counting the tolerations every DaemonSet pod gets
+// (not-ready and unreachable NoExecute; disk-, memory-, pid-pressure and
+// unschedulable NoSchedule; network-unavailable for host-network pods). A
+// node whose taints no longer fit but whose NoExecute taints are tolerated
+// keeps its pod. Pods are created unbound, pinned by required node affinity
+// on metadata.name, so the scheduler binds them (Kubernetes' modern way)
+// and the scheduler's resource checks apply.
+//
+// ControllerRevisions are not served: the template hash (the same stable
+// hash Deployments use) is the controller-revision-hash label of each pod,
+// which is how RollingUpdate (maxUnavailable, or maxSurge with
+// replace-after-available) tells updated pods from old ones. OnDelete only
+// creates updated pods where old ones were deleted.
+package daemonset
