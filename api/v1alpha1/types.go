@@ -42,6 +42,9 @@ type GitSourceSpec struct {
 	Verify *GitVerification `json:"verify,omitempty"`
 	// WebhookSecretRef names a Secret whose "token" key signs webhook calls.
 	WebhookSecretRef *LocalObjectReference `json:"webhookSecretRef,omitempty"`
+	// PruneOnDelete makes deleting the GitSource delete the objects of its
+	// inventory too. By default they stay, unmanaged.
+	PruneOnDelete bool `json:"pruneOnDelete,omitempty"`
 }
 
 // GitRef selects a branch, a tag or a fixed commit; the first one set wins
@@ -79,6 +82,21 @@ type GitSourceStatus struct {
 	Inventory []InventoryEntry `json:"inventory,omitempty"`
 	// History holds the last attempts, newest first (at most 10).
 	History []Attempt `json:"history,omitempty"`
+	// Errors lists every problem of the last attempted commit: the file
+	// and line, the object, and what is wrong. Empty after a success.
+	Errors []SourceError `json:"errors,omitempty"`
+}
+
+// SourceError is one problem found in a revision.
+type SourceError struct {
+	// File is the path in the repository ("" when the error is not about
+	// a file).
+	File string `json:"file,omitempty"`
+	// Line is where in File (1-based; 0 when unknown).
+	Line int `json:"line,omitempty"`
+	// Object names the object: "Kind namespace/name".
+	Object  string `json:"object,omitempty"`
+	Message string `json:"message"`
 }
 
 // InventoryEntry identifies one applied object.

@@ -29,6 +29,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"flotilla.dev/flotilla/api/v1alpha1.GitVerification":                    schema_flotilladev_flotilla_api_v1alpha1_GitVerification(ref),
 		"flotilla.dev/flotilla/api/v1alpha1.InventoryEntry":                     schema_flotilladev_flotilla_api_v1alpha1_InventoryEntry(ref),
 		"flotilla.dev/flotilla/api/v1alpha1.LocalObjectReference":               schema_flotilladev_flotilla_api_v1alpha1_LocalObjectReference(ref),
+		"flotilla.dev/flotilla/api/v1alpha1.SourceError":                        schema_flotilladev_flotilla_api_v1alpha1_SourceError(ref),
 		v1.ControllerRevision{}.OpenAPIModelName():                              schema_k8sio_api_apps_v1_ControllerRevision(ref),
 		v1.ControllerRevisionList{}.OpenAPIModelName():                          schema_k8sio_api_apps_v1_ControllerRevisionList(ref),
 		v1.DaemonSet{}.OpenAPIModelName():                                       schema_k8sio_api_apps_v1_DaemonSet(ref),
@@ -662,6 +663,13 @@ func schema_flotilladev_flotilla_api_v1alpha1_GitSourceSpec(ref common.Reference
 							Ref:         ref("flotilla.dev/flotilla/api/v1alpha1.LocalObjectReference"),
 						},
 					},
+					"pruneOnDelete": {
+						SchemaProps: spec.SchemaProps{
+							Description: "PruneOnDelete makes deleting the GitSource delete the objects of its inventory too. By default they stay, unmanaged.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
 				},
 				Required: []string{"url"},
 			},
@@ -745,11 +753,24 @@ func schema_flotilladev_flotilla_api_v1alpha1_GitSourceStatus(ref common.Referen
 							},
 						},
 					},
+					"errors": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Errors lists every problem of the last attempted commit: the file and line, the object, and what is wrong. Empty after a success.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref("flotilla.dev/flotilla/api/v1alpha1.SourceError"),
+									},
+								},
+							},
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			"flotilla.dev/flotilla/api/v1alpha1.Attempt", "flotilla.dev/flotilla/api/v1alpha1.InventoryEntry", metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
+			"flotilla.dev/flotilla/api/v1alpha1.Attempt", "flotilla.dev/flotilla/api/v1alpha1.InventoryEntry", "flotilla.dev/flotilla/api/v1alpha1.SourceError", metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -840,6 +861,48 @@ func schema_flotilladev_flotilla_api_v1alpha1_LocalObjectReference(ref common.Re
 					},
 				},
 				Required: []string{"name"},
+			},
+		},
+	}
+}
+
+func schema_flotilladev_flotilla_api_v1alpha1_SourceError(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SourceError is one problem found in a revision.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"file": {
+						SchemaProps: spec.SchemaProps{
+							Description: "File is the path in the repository (\"\" when the error is not about a file).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"line": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Line is where in File (1-based; 0 when unknown).",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"object": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Object names the object: \"Kind namespace/name\".",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Default: "",
+							Type:    []string{"string"},
+							Format:  "",
+						},
+					},
+				},
+				Required: []string{"message"},
 			},
 		},
 	}
