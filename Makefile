@@ -15,7 +15,7 @@ all: build
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/flotilla-hub ./cmd/flotilla-agent ./cmd/flotctl
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 deps:
 	@bash scripts/install-deps.sh
