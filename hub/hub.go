@@ -15,12 +15,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/hub/apiserver"
 	"flotilla.dev/flotilla/hub/apiserver/openapi"
+	"flotilla.dev/flotilla/hub/audit"
+	"flotilla.dev/flotilla/hub/auth"
+	"flotilla.dev/flotilla/hub/join"
 	"flotilla.dev/flotilla/hub/pki"
+	"flotilla.dev/flotilla/hub/secrets"
 	"flotilla.dev/flotilla/hub/store/boltstore"
 )
 
@@ -62,6 +67,8 @@ type Hub struct {
 	listener net.Listener
 	registry *prometheus.Registry
 	url      string
+	audit    *audit.Log
+	graph    *auth.Graph
 }
 
 // New opens the data dir and prepares the hub; Run serves it.
@@ -91,35 +98,82 @@ func New(cfg Config) (*Hub, error) {
 		st.Close()
 		return nil, fmt.Errorf("building the OpenAPI documents: %w", err)
 	}
+	sec, auditLog, err := openSecurity(cfg, st)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	graph := auth.NewGraph()
+	joiner := &join.Handler{CA: p, Log: cfg.Log}
+	extra := oapi.Handlers()
+	for path, hd := range joiner.Handlers() {
+		extra[path] = hd
+	}
 	srv, err := apiserver.New(apiserver.Config{
-		Extra:          oapi.Handlers(),
-		Store:          st,
+		Extra:          extra,
+		Public:         join.PublicPaths,
+		Store:          sec,
 		Authenticator:  apiserver.CertAuthenticator{Verify: p.VerifyClient},
-		Authorizer:     apiserver.AdminAuthorizer{},
+		Authorizer:     &auth.Authorizer{Nodes: auth.NewNodeAuthorizer(graph)},
+		Admission:      auth.NodeRestriction{},
+		Audit:          auditLog,
 		Log:            cfg.Log,
 		Registry:       reg,
 		AllowTagImages: cfg.AllowTagImages,
 	})
 	if err != nil {
+		auditLog.Close()
 		st.Close()
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
+		auditLog.Close()
 		st.Close()
 		return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
 	}
-	h := &Hub{cfg: cfg, log: cfg.Log, store: st, pki: p, api: srv, listener: ln, registry: reg}
+	h := &Hub{cfg: cfg, log: cfg.Log, store: st, pki: p, api: srv, listener: ln, registry: reg, audit: auditLog, graph: graph}
 	h.url = cfg.AdvertiseURL
 	if h.url == "" {
 		h.url = "https://" + advertiseHost(ln.Addr().(*net.TCPAddr))
 	}
 	if err := p.WriteAdminKubeconfig(h.KubeconfigPath(), h.url); err != nil {
 		ln.Close()
+		auditLog.Close()
 		st.Close()
 		return nil, fmt.Errorf("writing the admin kubeconfig: %w", err)
 	}
+	// The join endpoint records tokens and Nodes through the API.
+	if joiner.Client, err = kubernetes.NewForConfig(h.AdminConfig()); err != nil {
+		ln.Close()
+		auditLog.Close()
+		st.Close()
+		return nil, fmt.Errorf("join endpoint client: %w", err)
+	}
 	return h, nil
+}
+
+// openSecurity wraps the store so Secrets are encrypted at rest (key in
+// DATA_DIR/pki/secrets.key) and opens the audit log.
+func openSecurity(cfg Config, st *boltstore.Store) (*secrets.Store, *audit.Log, error) {
+	key, err := secrets.LoadOrCreateKey(filepath.Join(cfg.DataDir, "pki", secrets.KeyFile))
+	if err != nil {
+		return nil, nil, err
+	}
+	sec, err := secrets.Wrap(st, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	if n, err := sec.EncryptExisting(context.Background()); err != nil {
+		return nil, nil, err
+	} else if n > 0 {
+		cfg.Log.Info("encrypted Secrets stored in plaintext", "count", n)
+	}
+	auditLog, err := audit.Open(filepath.Join(cfg.DataDir, audit.FileName), audit.Options{Logger: cfg.Log})
+	if err != nil {
+		return nil, nil, err
+	}
+	return sec, auditLog, nil
 }
 
 func advertiseHost(a *net.TCPAddr) string {
@@ -159,6 +213,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer h.store.Close()
+	defer h.audit.Close()
 
 	var wg sync.WaitGroup
 	errc := make(chan error, 4+len(h.cfg.Loops))
@@ -195,6 +250,7 @@ func (h *Hub) Run(ctx context.Context) error {
 
 	select {
 	case <-h.api.Ready():
+		run("node authorizer", func(ctx context.Context) error { return h.graph.Run(ctx, h.AdminConfig()) })
 		if h.cfg.RunLoops {
 			for _, l := range h.cfg.Loops {
 				l := l

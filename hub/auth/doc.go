@@ -1,0 +1,13 @@
+// Package auth owns who may do what on the hub: the roles (admin, viewer,
+// node), the Node authorizer that lets a device reach only what its own
+// pods need, and the NodeRestriction admission that checks, object by
+// object, the writes a device makes (its own Node without changing the
+// labels and taints that decide its workloads, its own Lease, the status
+// and deletion of its own pods, mirror pods of its static pods).
+//
+// The authorizer decides from the request alone plus a graph of which pods
+// are bound to which node and which Secrets and ConfigMaps they reference
+// (Graph, fed by a watch of pods through the hub's own API). Admission sees
+// the stored object, so it is the authoritative check where the graph could
+// lag a moment behind.
+package auth

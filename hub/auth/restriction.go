@@ -1,0 +1,239 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/hub/apiserver"
+)
+
+// NodeRestriction is the admission step for writes made by devices: it
+// checks the objects themselves where the authorizer could only see names.
+type NodeRestriction struct{}
+
+var _ apiserver.Admission = NodeRestriction{}
+
+// nodeSettableLabels are the labels a device may set on its own Node
+// besides those under api.NodeLabelPrefix: facts about the device that
+// the agent reports, as the kubelet does. The hostname label must equal
+// the Node's name.
+var nodeSettableLabels = map[string]bool{
+	api.LabelHostname:         true,
+	api.LabelArch:             true,
+	api.LabelOS:               true,
+	"beta.kubernetes.io/arch": true,
+	"beta.kubernetes.io/os":   true,
+}
+
+// NodeMaySetLabel reports whether a device may set or change the label
+// key on its own Node. Every other label can attract workloads (any label
+// can be a nodeSelector), so only admins set them.
+func NodeMaySetLabel(key string) bool {
+	return strings.HasPrefix(key, api.NodeLabelPrefix) || nodeSettableLabels[key]
+}
+
+// Admit implements apiserver.Admission.
+func (NodeRestriction) Admit(ctx context.Context, a apiserver.Attributes, obj, old runtime.Object) error {
+	node := NodeName(a.User)
+	if node == "" {
+		return nil
+	}
+	var err error
+	switch firstNonNil(obj, old).(type) {
+	case *corev1.Pod:
+		err = admitPod(node, a, podOf(obj), podOf(old))
+	case *corev1.Node:
+		err = admitNode(ctx, node, a, nodeOf(obj), nodeOf(old))
+	case *coordinationv1.Lease:
+		if obj != nil {
+			l := obj.(*coordinationv1.Lease)
+			if l.Name != node || l.Namespace != api.NamespaceNodeLease {
+				err = fmt.Errorf("node restriction: device %s may write only the Lease %s/%s, not %s/%s", node, api.NamespaceNodeLease, node, l.Namespace, l.Name)
+			}
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	gr := schema.GroupResource{Group: a.APIGroup, Resource: a.Resource}
+	return apierrors.NewForbidden(gr, objName(obj, old), err)
+}
+
+func firstNonNil(a, b runtime.Object) runtime.Object {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+func podOf(o runtime.Object) *corev1.Pod {
+	p, _ := o.(*corev1.Pod)
+	return p
+}
+
+func nodeOf(o runtime.Object) *corev1.Node {
+	n, _ := o.(*corev1.Node)
+	return n
+}
+
+func objName(obj, old runtime.Object) string {
+	type named interface{ GetName() string }
+	if n, ok := firstNonNil(obj, old).(named); ok {
+		return n.GetName()
+	}
+	return ""
+}
+
+func isMirror(p *corev1.Pod) bool {
+	_, ok := p.Annotations[api.AnnotationMirrorPod]
+	return ok
+}
+
+func admitPod(node string, a apiserver.Attributes, obj, old *corev1.Pod) error {
+	switch {
+	case old == nil: // create
+		if !isMirror(obj) {
+			return fmt.Errorf("node restriction: devices may create only mirror pods of their static pods (annotation %s)", api.AnnotationMirrorPod)
+		}
+		if obj.Spec.NodeName != node {
+			return fmt.Errorf("node restriction: device %s may create mirror pods only bound to itself (spec.nodeName %q)", node, obj.Spec.NodeName)
+		}
+		if s, c := podReferences(obj); len(s)+len(c) > 0 {
+			return fmt.Errorf("node restriction: a mirror pod may not reference Secrets or ConfigMaps (%s)", strings.Join(append(s, c...), ", "))
+		}
+		if obj.Spec.ServiceAccountName != "" {
+			return errors.New("node restriction: a mirror pod may not use a service account")
+		}
+		for _, r := range obj.OwnerReferences {
+			if r.Kind != "Node" || r.Name != node {
+				return fmt.Errorf("node restriction: a mirror pod may be owned only by its Node, not %s %s", r.Kind, r.Name)
+			}
+		}
+		return nil
+	case obj == nil: // delete
+		if old.Spec.NodeName != node {
+			return fmt.Errorf("node restriction: device %s may delete only pods bound to it", node)
+		}
+		if old.DeletionTimestamp == nil && !isMirror(old) {
+			return fmt.Errorf("node restriction: device %s may only finish the deletion of its pods once it has begun, or delete its mirror pods", node)
+		}
+		return nil
+	default: // update
+		if old.Spec.NodeName != node {
+			return fmt.Errorf("node restriction: device %s may update only pods bound to it", node)
+		}
+		if a.Subresource != "status" {
+			return errors.New("node restriction: devices may write only the status of their pods")
+		}
+		return nil
+	}
+}
+
+func admitNode(ctx context.Context, node string, a apiserver.Attributes, obj, old *corev1.Node) error {
+	if obj == nil {
+		return fmt.Errorf("node restriction: devices may not delete Nodes")
+	}
+	if obj.Name != node {
+		return fmt.Errorf("node restriction: device %s may register and change only the Node %q, not %q", node, node, obj.Name)
+	}
+	fp := ""
+	if c := apiserver.ClientCertificateFrom(ctx); c != nil {
+		fp = CertFingerprint(c)
+	}
+	if old == nil {
+		if err := checkLabels(node, nil, obj.Labels); err != nil {
+			return err
+		}
+		if obj.Spec.PodCIDR != "" || len(obj.Spec.PodCIDRs) > 0 {
+			return errors.New("node restriction: the hub allocates the pod CIDR; a device may not set spec.podCIDR")
+		}
+		// The Node records the key of the device that registered it.
+		setAnnotation(obj, AnnotationClientKey, fp)
+		return nil
+	}
+	if err := checkLabels(node, old.Labels, obj.Labels); err != nil {
+		return err
+	}
+	if err := checkTaints(old.Spec.Taints, obj.Spec.Taints); err != nil {
+		return err
+	}
+	was, now := old.Spec.DeepCopy(), obj.Spec.DeepCopy()
+	was.Taints, now.Taints = nil, nil
+	if !apiequality.Semantic.DeepEqual(was, now) {
+		return errors.New("node restriction: devices may not change their Node's spec (pod CIDR, unschedulable, ...), only taints under " + api.NodeLabelPrefix)
+	}
+	recorded, sent := old.Annotations[AnnotationClientKey], obj.Annotations[AnnotationClientKey]
+	switch {
+	case recorded == "":
+		setAnnotation(obj, AnnotationClientKey, fp)
+	case sent == "":
+		setAnnotation(obj, AnnotationClientKey, recorded)
+	case sent != recorded:
+		return fmt.Errorf("node restriction: devices may not change the annotation %s", AnnotationClientKey)
+	}
+	return nil
+}
+
+func setAnnotation(n *corev1.Node, k, v string) {
+	if v == "" {
+		return
+	}
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	n.Annotations[k] = v
+}
+
+func checkLabels(node string, old, cur map[string]string) error {
+	var changed []string
+	for k, v := range cur {
+		if ov, ok := old[k]; !ok || ov != v {
+			changed = append(changed, k)
+		}
+	}
+	for k := range old {
+		if _, ok := cur[k]; !ok {
+			changed = append(changed, k)
+		}
+	}
+	sort.Strings(changed)
+	for _, k := range changed {
+		if !NodeMaySetLabel(k) {
+			return fmt.Errorf("node restriction: devices may not set or change the label %q, which decides what is scheduled to them; they may set labels under %s and %s, %s, %s",
+				k, api.NodeLabelPrefix, api.LabelHostname, api.LabelArch, api.LabelOS)
+		}
+		if v, ok := cur[k]; ok && k == api.LabelHostname && v != node {
+			return fmt.Errorf("node restriction: the label %s must be the Node's name %q, not %q", api.LabelHostname, node, v)
+		}
+	}
+	return nil
+}
+
+func checkTaints(old, cur []corev1.Taint) error {
+	keep := func(ts []corev1.Taint) []string {
+		var out []string
+		for _, t := range ts {
+			if !strings.HasPrefix(t.Key, api.NodeLabelPrefix) {
+				out = append(out, t.Key+"="+t.Value+":"+string(t.Effect))
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
+	if !slices.Equal(keep(old), keep(cur)) {
+		return fmt.Errorf("node restriction: devices may not add or remove taints other than under %s: taints decide what is scheduled to them", api.NodeLabelPrefix)
+	}
+	return nil
+}
