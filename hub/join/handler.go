@@ -1,0 +1,501 @@
+package join
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+
+	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/hub/apiserver"
+	"flotilla.dev/flotilla/hub/auth"
+	"flotilla.dev/flotilla/hub/pki"
+)
+
+// Paths served by Handler.
+const (
+	PathPrefix = "/join/v1/"
+	PathCA     = "/join/v1/ca"
+	PathCSR    = "/join/v1/csr"
+	PathRenew  = auth.RenewPath
+	PathUser   = "/join/v1/user"
+)
+
+// PublicPaths are the paths served without authentication.
+var PublicPaths = []string{PathCA, PathCSR}
+
+// Defaults.
+const (
+	DefaultNodeCertTTL = 365 * 24 * time.Hour
+	DefaultUserCertTTL = 365 * 24 * time.Hour
+	maxRequestBytes    = 64 << 10
+)
+
+// CA is what the handler needs of the hub's PKI.
+type CA interface {
+	CACertPEM() []byte
+	SignCSR(csrPEM []byte, commonName string, groups []string, ttl time.Duration) ([]byte, error)
+}
+
+var _ CA = (*pki.PKI)(nil)
+
+// JoinRequest is POSTed to PathCSR.
+type JoinRequest struct {
+	Token    string `json:"token"`
+	NodeName string `json:"nodeName"`
+	// CSR is a PEM certificate request for CN system:node:<nodeName>,
+	// O system:nodes, made on the device with its own key.
+	CSR string `json:"csr"`
+}
+
+// RenewRequest is POSTed to PathRenew with the device's current
+// certificate.
+type RenewRequest struct {
+	CSR string `json:"csr"`
+}
+
+// UserRequest is POSTed to PathUser by an admin.
+type UserRequest struct {
+	User string `json:"user"`
+	Role string `json:"role"`
+	CSR  string `json:"csr"`
+	// TTL is a Go duration ("8760h"); empty means a year.
+	TTL string `json:"ttl,omitempty"`
+}
+
+// CertificateResponse answers every signing request.
+type CertificateResponse struct {
+	// Certificate is the signed client certificate, PEM.
+	Certificate string `json:"certificate"`
+	// CA is the hub CA, PEM.
+	CA string `json:"ca"`
+	// Labels the Node got from the join token.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Handler serves the join paths.
+type Handler struct {
+	CA CA
+	// Client reaches the hub's API as its admin.
+	Client      kubernetes.Interface
+	NodeCertTTL time.Duration
+	Now         func() time.Time
+	Log         *slog.Logger
+}
+
+func (h *Handler) now() time.Time {
+	if h.Now != nil {
+		return h.Now()
+	}
+	return time.Now()
+}
+
+func (h *Handler) log() *slog.Logger {
+	if h.Log != nil {
+		return h.Log
+	}
+	return slog.Default()
+}
+
+// Handlers returns the handler for apiserver.Config.Extra.
+func (h *Handler) Handlers() map[string]http.Handler {
+	return map[string]http.Handler{PathPrefix: h}
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var err error
+	switch {
+	case r.URL.Path == PathCA && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+		w.Header().Set("Content-Type", "application/x-pem-file")
+		_, _ = w.Write(h.CA.CACertPEM())
+		return
+	case r.URL.Path == PathCSR && r.Method == http.MethodPost:
+		err = h.join(w, r)
+	case r.URL.Path == PathRenew && r.Method == http.MethodPost:
+		err = h.renew(w, r)
+	case r.URL.Path == PathUser && r.Method == http.MethodPost:
+		err = h.user(w, r)
+	case r.URL.Path == PathCA || r.URL.Path == PathCSR || r.URL.Path == PathRenew || r.URL.Path == PathUser:
+		err = &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusMethodNotAllowed,
+			Reason: metav1.StatusReasonMethodNotAllowed, Message: fmt.Sprintf("%s does not accept %s", r.URL.Path, r.Method)}}
+	default:
+		err = apierrors.NewNotFound(corev1.Resource("path"), r.URL.Path)
+	}
+	if err != nil {
+		writeStatus(w, r, err)
+	}
+}
+
+func writeStatus(w http.ResponseWriter, r *http.Request, err error) {
+	var se *apierrors.StatusError
+	if !errors.As(err, &se) {
+		se = apierrors.NewInternalError(err)
+	}
+	st := se.Status()
+	st.Kind, st.APIVersion = "Status", "v1"
+	apiserver.SetAuditReason(r.Context(), st.Message)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(int(st.Code))
+	_ = json.NewEncoder(w).Encode(&st)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func decode(r *http.Request, v any) error {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
+	if err != nil {
+		return apierrors.NewBadRequest("reading the request: " + err.Error())
+	}
+	if len(body) > maxRequestBytes {
+		return apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("join requests are limited to %d bytes", maxRequestBytes))
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return apierrors.NewBadRequest(fmt.Sprintf("the request body is not a valid %T: %v", v, err))
+	}
+	return nil
+}
+
+// csrKey parses a CSR far enough to learn its key's fingerprint; SignCSR
+// checks the rest.
+func csrKey(csrPEM string) (string, error) {
+	block, _ := pem.Decode([]byte(csrPEM))
+	if block == nil {
+		return "", apierrors.NewBadRequest("csr: no PEM certificate request found")
+	}
+	csr, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return "", apierrors.NewBadRequest("csr: " + err.Error())
+	}
+	return auth.KeyFingerprint(csr.RawSubjectPublicKeyInfo), nil
+}
+
+func (h *Handler) sign(csrPEM, cn string, groups []string, ttl time.Duration) ([]byte, error) {
+	cert, err := h.CA.SignCSR([]byte(csrPEM), cn, groups, ttl)
+	if errors.Is(err, pki.ErrInvalidCSR) {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	return cert, err
+}
+
+func (h *Handler) nodeTTL() time.Duration {
+	if h.NodeCertTTL > 0 {
+		return h.NodeCertTTL
+	}
+	return DefaultNodeCertTTL
+}
+
+func unauthorized(format string, args ...any) error {
+	return apierrors.NewUnauthorized(fmt.Sprintf(format, args...))
+}
+
+var nodesGR = corev1.Resource("nodes")
+
+// join turns a token and a CSR into a node certificate.
+func (h *Handler) join(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	var req JoinRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	tok, err := ParseToken(req.Token)
+	if err != nil {
+		return apierrors.NewBadRequest("token: " + err.Error())
+	}
+	if errs := validation.IsDNS1123Subdomain(req.NodeName); len(errs) > 0 {
+		return apierrors.NewBadRequest(fmt.Sprintf("nodeName %q is not a valid node name: %s", req.NodeName, strings.Join(errs, "; ")))
+	}
+	fp, err := csrKey(req.CSR)
+	if err != nil {
+		return err
+	}
+	apiserver.SetAuditReason(ctx, fmt.Sprintf("join of node %s with token %s", req.NodeName, tok.ID))
+	ti, err := h.checkToken(ctx, tok)
+	if err != nil {
+		return err
+	}
+	if err := h.checkNodeKey(ctx, req.NodeName, fp); err != nil {
+		return err
+	}
+	cert, err := h.sign(req.CSR, auth.NodePrefix+req.NodeName, []string{auth.GroupNodes}, h.nodeTTL())
+	if err != nil {
+		return err
+	}
+	if err := h.useToken(ctx, tok); err != nil {
+		return err
+	}
+	if err := h.recordNode(ctx, req.NodeName, fp, ti.Labels); err != nil {
+		return err
+	}
+	h.log().Info("device joined", "node", req.NodeName, "token", tok.ID, "key", fp, "labels", ti.Labels)
+	apiserver.SetAuditReason(ctx, fmt.Sprintf("joined: node %s with token %s, key %s", req.NodeName, tok.ID, fp))
+	writeJSON(w, CertificateResponse{Certificate: string(cert), CA: string(h.CA.CACertPEM()), Labels: ti.Labels})
+	return nil
+}
+
+func (h *Handler) getToken(ctx context.Context, tok Token) (*TokenInfo, error) {
+	s, err := h.Client.CoreV1().Secrets(Namespace).Get(ctx, SecretName(tok.ID), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, unauthorized("join token %s is not known to this hub (expired tokens are kept; this one was deleted or never created here); create one with `flotilla-hub token create`", tok.ID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading join token %s: %w", tok.ID, err)
+	}
+	ti, err := parseTokenSecret(s)
+	if err != nil {
+		return nil, unauthorized("join token %s is damaged: %v; create a new one", tok.ID, err)
+	}
+	if !ti.matches(tok.Secret) {
+		return nil, unauthorized("join token %s: the secret part does not match; check that the whole token was copied", tok.ID)
+	}
+	return ti, nil
+}
+
+func (h *Handler) usable(ti *TokenInfo) error {
+	if ti.Expires != nil && !h.now().Before(*ti.Expires) {
+		return unauthorized("join token %s expired at %s; create a new one with `flotilla-hub token create`", ti.ID, ti.Expires.UTC().Format(time.RFC3339))
+	}
+	if ti.UsesLimit > 0 && ti.UsesLeft <= 0 {
+		return unauthorized("join token %s has been used for all the %d joins it allowed; create a new one with `flotilla-hub token create --uses N`", ti.ID, ti.UsesLimit)
+	}
+	return nil
+}
+
+func (h *Handler) checkToken(ctx context.Context, tok Token) (*TokenInfo, error) {
+	ti, err := h.getToken(ctx, tok)
+	if err != nil {
+		return nil, err
+	}
+	return ti, h.usable(ti)
+}
+
+// useToken counts one use, with compare-and-swap so that concurrent joins
+// never use a token more often than it allows.
+func (h *Handler) useToken(ctx context.Context, tok Token) error {
+	for range 20 {
+		ti, err := h.checkToken(ctx, tok)
+		if err != nil {
+			return err
+		}
+		if ti.UsesLimit == 0 {
+			return nil
+		}
+		s := ti.sec.DeepCopy()
+		s.Data[keyUsesLeft] = fmt.Appendf(nil, "%d", ti.UsesLeft-1)
+		_, err = h.Client.CoreV1().Secrets(Namespace).Update(ctx, s, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("counting a use of join token %s: %w", tok.ID, err)
+		}
+		return nil
+	}
+	return apierrors.NewConflict(corev1.Resource("secrets"), SecretName(tok.ID), errors.New("too many concurrent joins with this token; retry"))
+}
+
+func nameTaken(node, recorded string) error {
+	return apierrors.NewConflict(nodesGR, node, fmt.Errorf(
+		"a device with another key (%s) has already joined as %q; if this device replaces it, an admin must delete that Node first (kubectl delete node %s), or join with another --node-name",
+		recorded, node, node))
+}
+
+func (h *Handler) checkNodeKey(ctx context.Context, node, fp string) error {
+	n, err := h.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading node %s: %w", node, err)
+	}
+	if rec := n.Annotations[auth.AnnotationClientKey]; rec != "" && rec != fp {
+		return nameTaken(node, rec)
+	}
+	return nil
+}
+
+// recordNode creates the Node with the token's labels and the device's key
+// fingerprint, or adds them to a Node that exists without a key.
+func (h *Handler) recordNode(ctx context.Context, node, fp string, labels map[string]string) error {
+	nodes := h.Client.CoreV1().Nodes()
+	for range 20 {
+		n, err := nodes.Get(ctx, node, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			n = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node,
+				Labels:      map[string]string{api.LabelHostname: node},
+				Annotations: map[string]string{auth.AnnotationClientKey: fp}}}
+			for k, v := range labels {
+				n.Labels[k] = v
+			}
+			_, err = nodes.Create(ctx, n, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("creating node %s: %w", node, err)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading node %s: %w", node, err)
+		}
+		if rec := n.Annotations[auth.AnnotationClientKey]; rec != "" && rec != fp {
+			return nameTaken(node, rec)
+		}
+		changed := n.Annotations[auth.AnnotationClientKey] != fp
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[auth.AnnotationClientKey] = fp
+		if n.Labels == nil {
+			n.Labels = map[string]string{}
+		}
+		for k, v := range labels {
+			if n.Labels[k] != v {
+				n.Labels[k], changed = v, true
+			}
+		}
+		if !changed {
+			return nil
+		}
+		_, err = nodes.Update(ctx, n, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("recording the key of node %s: %w", node, err)
+		}
+		return nil
+	}
+	return apierrors.NewConflict(nodesGR, node, errors.New("too many concurrent changes to this Node; retry"))
+}
+
+// renew signs a new certificate for a device that authenticates with its
+// current one. The CSR may carry a new key; the Node then records it.
+func (h *Handler) renew(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	node := auth.NodeName(apiserver.UserFrom(ctx))
+	cur := apiserver.ClientCertificateFrom(ctx)
+	if node == "" || cur == nil {
+		return apierrors.NewForbidden(corev1.Resource("certificates"), "", errors.New("only a joined device (system:node:NAME, group system:nodes) renews its certificate here"))
+	}
+	var req RenewRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	fp, err := csrKey(req.CSR)
+	if err != nil {
+		return err
+	}
+	n, err := h.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	exists := err == nil
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("reading node %s: %w", node, err)
+	default:
+		if rec := n.Annotations[auth.AnnotationClientKey]; rec != "" && rec != auth.CertFingerprint(cur) {
+			return nameTaken(node, rec)
+		}
+	}
+	cert, err := h.sign(req.CSR, auth.NodePrefix+node, []string{auth.GroupNodes}, h.nodeTTL())
+	if err != nil {
+		return err
+	}
+	if exists {
+		// A Node deleted meanwhile records the key when the device
+		// registers again.
+		if err := h.rekey(ctx, node, auth.CertFingerprint(cur), fp); err != nil {
+			return err
+		}
+	}
+	h.log().Info("device renewed its certificate", "node", node, "key", fp)
+	apiserver.SetAuditReason(ctx, fmt.Sprintf("renewed: node %s, key %s", node, fp))
+	writeJSON(w, CertificateResponse{Certificate: string(cert), CA: string(h.CA.CACertPEM())})
+	return nil
+}
+
+func (h *Handler) rekey(ctx context.Context, node, from, to string) error {
+	nodes := h.Client.CoreV1().Nodes()
+	for range 20 {
+		n, err := nodes.Get(ctx, node, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading node %s: %w", node, err)
+		}
+		rec := n.Annotations[auth.AnnotationClientKey]
+		if rec == to {
+			return nil
+		}
+		if rec != "" && rec != from {
+			return nameTaken(node, rec)
+		}
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[auth.AnnotationClientKey] = to
+		_, err = nodes.Update(ctx, n, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("recording the new key of node %s: %w", node, err)
+		}
+		return nil
+	}
+	return apierrors.NewConflict(nodesGR, node, errors.New("too many concurrent changes to this Node; retry"))
+}
+
+// user signs a certificate for a person; only admins get here.
+func (h *Handler) user(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	u := apiserver.UserFrom(ctx)
+	if u == nil || !slices.Contains(u.Groups, auth.GroupAdmins) {
+		return apierrors.NewForbidden(corev1.Resource("certificates"), "", errors.New("only admins issue certificates for people"))
+	}
+	var req UserRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if strings.TrimSpace(req.User) == "" || strings.HasPrefix(req.User, "system:") {
+		return apierrors.NewBadRequest(fmt.Sprintf("user %q: give a person's name; names starting with system: are reserved", req.User))
+	}
+	groups, err := auth.GroupsForRole(req.Role)
+	if err != nil {
+		return apierrors.NewBadRequest(err.Error())
+	}
+	ttl := DefaultUserCertTTL
+	if req.TTL != "" {
+		if ttl, err = time.ParseDuration(req.TTL); err != nil || ttl <= 0 {
+			return apierrors.NewBadRequest(fmt.Sprintf("ttl %q is not a positive duration like 720h", req.TTL))
+		}
+	}
+	cert, err := h.sign(req.CSR, req.User, groups, ttl)
+	if err != nil {
+		return err
+	}
+	apiserver.SetAuditReason(ctx, fmt.Sprintf("issued a %s certificate for %s", req.Role, req.User))
+	writeJSON(w, CertificateResponse{Certificate: string(cert), CA: string(h.CA.CACertPEM())})
+	return nil
+}
