@@ -1,0 +1,225 @@
+package join
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/client-go/rest"
+)
+
+// File names inside DATA_DIR/pki.
+const (
+	PKIDir     = "pki"
+	CAFile     = "ca.crt"
+	NodeFile   = "node.pem"
+	renewShare = 0.7
+)
+
+// ErrNoIdentity means the data dir holds no identity yet: the device must
+// join with a token.
+var ErrNoIdentity = errors.New("this device has not joined a hub yet")
+
+// Identity is a joined device's certificate, key and pinned CA. It is
+// safe for concurrent use; Run replaces the certificate in place.
+type Identity struct {
+	dir   string
+	node  string
+	hub   string
+	caPEM []byte
+	pool  *x509.CertPool
+	now   func() time.Time
+	log   *slog.Logger
+
+	mu   sync.RWMutex
+	cert *tls.Certificate
+	pem  []byte
+}
+
+// Load reads the identity kept in dataDir. It returns ErrNoIdentity
+// (wrapped) when there is none.
+func Load(dataDir string) (*Identity, error) {
+	dir := filepath.Join(dataDir, PKIDir)
+	caPEM, err := os.ReadFile(filepath.Join(dir, CAFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w (no %s)", ErrNoIdentity, filepath.Join(dir, CAFile))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the pinned hub CA: %w", err)
+	}
+	nodePEM, err := os.ReadFile(filepath.Join(dir, NodeFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w (no %s)", ErrNoIdentity, filepath.Join(dir, NodeFile))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the device certificate: %w", err)
+	}
+	id, err := newIdentity(dir, caPEM, nodePEM)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, NodeFile), err)
+	}
+	return id, nil
+}
+
+func newIdentity(dir string, caPEM, nodePEM []byte) (*Identity, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("the pinned hub CA is not a PEM certificate")
+	}
+	cert, err := parseNodePEM(nodePEM)
+	if err != nil {
+		return nil, err
+	}
+	id := &Identity{dir: dir, caPEM: caPEM, pool: pool, now: time.Now, log: slog.Default(), cert: cert, pem: nodePEM}
+	id.node, err = nodeNameOf(cert.Leaf)
+	if err != nil {
+		return nil, err
+	}
+	return id, nil
+}
+
+func parseNodePEM(b []byte) (*tls.Certificate, error) {
+	c, err := tls.X509KeyPair(b, b)
+	if err != nil {
+		return nil, fmt.Errorf("not a certificate followed by its key: %w", err)
+	}
+	return &c, nil
+}
+
+func nodeNameOf(c *x509.Certificate) (string, error) {
+	const prefix = "system:node:"
+	cn := c.Subject.CommonName
+	if len(cn) <= len(prefix) || cn[:len(prefix)] != prefix {
+		return "", fmt.Errorf("certificate is for %q, not a device (system:node:NAME)", cn)
+	}
+	return cn[len(prefix):], nil
+}
+
+// NodeName is the device's name in the fleet.
+func (id *Identity) NodeName() string { return id.node }
+
+// Certificate returns the current client certificate.
+func (id *Identity) Certificate() *tls.Certificate {
+	id.mu.RLock()
+	defer id.mu.RUnlock()
+	return id.cert
+}
+
+// NotAfter is when the current certificate expires.
+func (id *Identity) NotAfter() time.Time { return id.Certificate().Leaf.NotAfter }
+
+// CAPEM is the pinned hub CA.
+func (id *Identity) CAPEM() []byte { return id.caPEM }
+
+// CertFile is the file holding the certificate and key (for tools that
+// take file names, such as a kubeconfig); it follows renewals.
+func (id *Identity) CertFile() string { return filepath.Join(id.dir, NodeFile) }
+
+// CAFile is the pinned CA's file.
+func (id *Identity) CAFile() string { return filepath.Join(id.dir, CAFile) }
+
+// TLSConfig trusts only the pinned CA and presents the current
+// certificate, renewed ones included, on every new connection.
+func (id *Identity) TLSConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		RootCAs:    id.pool.Clone(),
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return id.Certificate(), nil
+		},
+	}
+}
+
+// RESTConfig is a client-go config for the hub at hubURL as this device.
+// Connections made after a renewal use the new certificate.
+func (id *Identity) RESTConfig(hubURL string) *rest.Config {
+	tr := utilnet.SetTransportDefaults(&http.Transport{TLSClientConfig: id.TLSConfig()})
+	return &rest.Config{Host: hubURL, Transport: tr, UserAgent: "flotilla-agent/" + id.node}
+}
+
+func (id *Identity) renewAt() time.Time {
+	c := id.Certificate().Leaf
+	life := c.NotAfter.Sub(c.NotBefore)
+	return c.NotBefore.Add(time.Duration(float64(life) * renewShare))
+}
+
+// Run renews the certificate at 70% of its lifetime, talking to hubURL
+// with the current certificate, until ctx ends. A failed renewal is
+// retried with backoff; the current certificate stays in use meanwhile.
+func (id *Identity) Run(ctx context.Context, hubURL string) error {
+	backoff := 10 * time.Second
+	for {
+		wait := id.renewAt().Sub(id.now())
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+			continue // re-read the clock: a timer can fire early relative to a test clock
+		}
+		err := id.Renew(ctx, hubURL)
+		if err == nil {
+			backoff = 10 * time.Second
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		id.log.Warn("renewing the device certificate failed; retrying", "node", id.node, "notAfter", id.NotAfter(), "retryIn", backoff, "err", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 10*time.Minute)
+	}
+}
+
+// Renew asks the hub for a new certificate for a new key, authenticating
+// with the current one, and stores it. The old key is then forgotten.
+func (id *Identity) Renew(ctx context.Context, hubURL string) error {
+	c := &client{hub: hubURL, http: &http.Client{Transport: &http.Transport{TLSClientConfig: id.TLSConfig()}, Timeout: requestTimeout}}
+	csrPEM, keyPEM, err := newCSR(id.node)
+	if err != nil {
+		return err
+	}
+	resp, err := c.post(ctx, pathRenew, renewRequest{CSR: string(csrPEM)})
+	if err != nil {
+		return fmt.Errorf("renewing the certificate of %s: %w", id.node, err)
+	}
+	certPEM := []byte(resp.Certificate)
+	nodePEM := append(append([]byte{}, certPEM...), keyPEM...)
+	cert, err := parseNodePEM(nodePEM)
+	if err != nil {
+		return fmt.Errorf("the hub's renewed certificate: %w", err)
+	}
+	if name, err := nodeNameOf(cert.Leaf); err != nil || name != id.node {
+		return fmt.Errorf("the hub renewed the certificate for %q, not %q", cert.Leaf.Subject.CommonName, id.node)
+	}
+	if _, err := cert.Leaf.Verify(x509.VerifyOptions{Roots: id.pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, CurrentTime: cert.Leaf.NotBefore.Add(time.Second)}); err != nil {
+		return fmt.Errorf("the hub's renewed certificate does not chain to the pinned CA: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(id.dir, NodeFile), nodePEM, 0o600); err != nil {
+		return err
+	}
+	id.mu.Lock()
+	id.cert, id.pem = cert, nodePEM
+	id.mu.Unlock()
+	id.log.Info("renewed the device certificate", "node", id.node, "notAfter", cert.Leaf.NotAfter)
+	return nil
+}
