@@ -33,7 +33,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServe(), newVersion())
+	root.AddCommand(newServe(), newVersion(), newToken(), newKubeconfig())
 	return root
 }
 

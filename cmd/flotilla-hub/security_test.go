@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"flotilla.dev/flotilla/internal/testbin"
+)
+
+func runHub(t *testing.T, bin string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("flotilla-hub %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out)
+}
+
+// TestTokenAndKubeconfigCommands runs the commands as an operator would
+// against a running hub binary: tokens are created, listed (without their
+// secret) and deleted; a viewer kubeconfig reads but cannot see Secrets;
+// and the Secret's value is nowhere in state.db.
+func TestTokenAndKubeconfigCommands(t *testing.T) {
+	bin := testbin.Path(t, "flotilla-hub")
+	dir := t.TempDir()
+	_, admin := startHub(t, bin, dir)
+	ctx := context.Background()
+
+	var tok struct {
+		Token   string  `json:"token"`
+		CAHash  string  `json:"caHash"`
+		Expires *string `json:"expires"`
+	}
+	out := runHub(t, bin, "token", "create", "--data-dir", dir, "-o", "json", "--ttl", "2h", "--uses", "3", "--labels", "site=shop-1", "--description", "shop 1 kiosks")
+	if err := json.Unmarshal([]byte(out), &tok); err != nil {
+		t.Fatalf("-o json printed %q: %v", out, err)
+	}
+	if len(tok.Token) != 23 || tok.Token[6] != '.' || !strings.HasPrefix(tok.CAHash, "sha256:") || tok.Expires == nil {
+		t.Fatalf("token create -o json = %+v", tok)
+	}
+	text := runHub(t, bin, "token", "create", "--data-dir", dir)
+	for _, want := range []string{"token:", "caHash:  " + tok.CAHash, "flotilla-agent --hub https://"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("token create prints %q, without %q", text, want)
+		}
+	}
+	id := tok.Token[:6]
+	list := runHub(t, bin, "token", "list", "--data-dir", dir)
+	if !strings.Contains(list, id) || !strings.Contains(list, "3/3") || !strings.Contains(list, "site=shop-1") {
+		t.Errorf("token list:\n%s", list)
+	}
+	if strings.Contains(list, tok.Token[7:]) {
+		t.Error("token list shows a token's secret")
+	}
+	// Only a hash of the secret is stored.
+	sec, err := admin.CoreV1().Secrets("flotilla-system").Get(ctx, "bootstrap-token-"+id, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range sec.Data {
+		if strings.Contains(string(v), tok.Token[7:]) {
+			t.Errorf("the token's secret is stored in %s", k)
+		}
+	}
+	runHub(t, bin, "token", "delete", "--data-dir", dir, id)
+	if list := runHub(t, bin, "token", "list", "--data-dir", dir); strings.Contains(list, id) {
+		t.Errorf("deleted token still listed:\n%s", list)
+	}
+
+	// A viewer's kubeconfig.
+	kc := filepath.Join(t.TempDir(), "vera.kubeconfig")
+	runHub(t, bin, "kubeconfig", "create", "--data-dir", dir, "--user", "vera", "--role", "viewer", "-o", kc)
+	st, err := os.Stat(kc)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("kubeconfig mode %v (%v), want 0600", st.Mode().Perm(), err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	viewer := kubernetes.NewForConfigOrDie(cfg)
+	if _, err := viewer.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("viewer cannot list namespaces: %v", err)
+	}
+	if _, err := viewer.CoreV1().Secrets("flotilla-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("viewer listing secrets: err = %v, want 403", err)
+	}
+	if _, err := viewer.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("viewer creating: err = %v, want 403", err)
+	}
+	// The role is checked.
+	cmd := exec.Command(bin, "kubeconfig", "create", "--data-dir", dir, "--user", "x", "--role", "root", "-o", filepath.Join(t.TempDir(), "x"))
+	if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), "unknown role") {
+		t.Errorf("--role root: %v %s", err, b)
+	}
+
+	// Secret data is encrypted at rest.
+	const value = "correct-horse-battery-staple-42"
+	if _, err := admin.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db"},
+		StringData: map[string]string{"password": value}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := admin.CoreV1().Secrets("default").Get(ctx, "db", metav1.GetOptions{})
+	if err != nil || string(got.Data["password"]) != value {
+		t.Fatalf("the secret does not read back (%v)", err)
+	}
+	if _, err := admin.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "marker"},
+		Data: map[string]string{"k": "plain-marker-" + value[:7]}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(raw, []byte("plain-marker-")) {
+		t.Fatal("state.db does not hold the config map written just before: the check reads the wrong file")
+	}
+	for _, form := range []string{value, base64.StdEncoding.EncodeToString([]byte(value))} {
+		if bytes.Contains(raw, []byte(form)) {
+			t.Errorf("state.db contains the secret value (%q)", form)
+		}
+	}
+	key, err := os.Stat(filepath.Join(dir, "pki", "secrets.key"))
+	if err != nil || key.Mode().Perm() != 0o600 {
+		t.Errorf("secrets.key mode %v (%v), want 0600", key.Mode().Perm(), err)
+	}
+}
