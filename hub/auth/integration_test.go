@@ -3,9 +3,7 @@ package auth_test
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -44,7 +42,7 @@ func clientWith(t *testing.T, h *hubtest.Hub, cert, key []byte) kubernetes.Inter
 func pod(name, node string, mutate ...func(*corev1.Pod)) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "example.com/app:1"}}},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "example.com/app:1"}}},
 	}
 	for _, m := range mutate {
 		m(p)
@@ -174,7 +172,10 @@ func TestNodeAuthorization(t *testing.T) {
 			return err
 		}},
 		{"create an ordinary pod", false, func() error { _, err := pods.Create(ctx, pod("rogue", "a"), metav1.CreateOptions{}); return err }},
-		{"create own mirror pod", true, func() error { _, err := pods.Create(ctx, pod("static-a", "a", mirror), metav1.CreateOptions{}); return err }},
+		{"create own mirror pod", true, func() error {
+			_, err := pods.Create(ctx, pod("static-a", "a", mirror), metav1.CreateOptions{})
+			return err
+		}},
 		{"create mirror pod for another node", false, func() error {
 			_, err := pods.Create(ctx, pod("static-b", "b", mirror), metav1.CreateOptions{})
 			return err
@@ -198,7 +199,10 @@ func TestNodeAuthorization(t *testing.T) {
 			_, err := a.CoreV1().Secrets("default").Get(ctx, "sb", metav1.GetOptions{})
 			return err
 		}},
-		{"get unreferenced secret", false, func() error { _, err := a.CoreV1().Secrets("default").Get(ctx, "unused", metav1.GetOptions{}); return err }},
+		{"get unreferenced secret", false, func() error {
+			_, err := a.CoreV1().Secrets("default").Get(ctx, "unused", metav1.GetOptions{})
+			return err
+		}},
 		{"watch referenced secret by name", true, func() error {
 			w, err := a.CoreV1().Secrets("default").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=sa"})
 			if err == nil {
@@ -454,6 +458,4 @@ func TestUnauthenticatedClientsAreRateLimited(t *testing.T) {
 		t.Errorf("admin refused after the flood: %v", err)
 	}
 	waitAudit(t, h, func(e audit.Entry) bool { return e.Code == http.StatusTooManyRequests })
-	_ = json.Valid
-	_ = os.Getenv
 }
