@@ -48,7 +48,11 @@ type Config struct {
 	RunLoops bool
 	// Loops are started with the hub's admin client once the API is up.
 	Loops []Loop
-	Log   *slog.Logger
+	// Public are handlers served without client authentication on the
+	// API's listener, by path prefix (the GitOps webhook receiver, which
+	// checks its own signatures).
+	Public map[string]http.Handler
+	Log    *slog.Logger
 }
 
 // Loop is a long-running part that works through the hub's own API.
@@ -109,9 +113,13 @@ func New(cfg Config) (*Hub, error) {
 	for path, hd := range joiner.Handlers() {
 		extra[path] = hd
 	}
+	public := append([]string(nil), join.PublicPaths...)
+	for prefix, hd := range cfg.Public {
+		extra[prefix], public = hd, append(public, prefix)
+	}
 	srv, err := apiserver.New(apiserver.Config{
 		Extra:          extra,
-		Public:         join.PublicPaths,
+		Public:         public,
 		Store:          sec,
 		Authenticator:  apiserver.CertAuthenticator{Verify: p.VerifyClient},
 		Authorizer:     &auth.Authorizer{Nodes: auth.NewNodeAuthorizer(graph)},
@@ -120,6 +128,7 @@ func New(cfg Config) (*Hub, error) {
 		Log:            cfg.Log,
 		Registry:       reg,
 		AllowTagImages: cfg.AllowTagImages,
+		PodLogs:        apiserver.AgentPodLogs(p.AdminCredentials),
 	})
 	if err != nil {
 		auditLog.Close()

@@ -115,7 +115,8 @@ func resourceList(gv schema.GroupVersion) *metav1.APIResourceList {
 		}
 		if r.Kind == "Pod" {
 			list.APIResources = append(list.APIResources,
-				metav1.APIResource{Name: "pods/binding", Namespaced: true, Kind: "Binding", Verbs: metav1.Verbs{"create"}})
+				metav1.APIResource{Name: "pods/binding", Namespaced: true, Kind: "Binding", Verbs: metav1.Verbs{"create"}},
+				metav1.APIResource{Name: "pods/log", Namespaced: true, Kind: "Pod", Verbs: metav1.Verbs{"get"}})
 		}
 	}
 	return list

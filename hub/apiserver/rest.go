@@ -68,6 +68,8 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, ri *reque
 			break
 		}
 		err = s.handleBinding(w, r, ri)
+	case "log":
+		err = s.handlePodLog(w, r, ri)
 	default:
 		err = notFoundPath(r)
 	}

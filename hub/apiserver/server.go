@@ -48,6 +48,8 @@ type Config struct {
 	Admission Admission
 	Audit     Auditor
 	Limits    Limits
+	// PodLogs fetches logs from agents for pods/log (see podlog.go).
+	PodLogs PodLogsFunc
 }
 
 // Server is the hub's API server.
