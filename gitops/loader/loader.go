@@ -240,6 +240,33 @@ func lineOf(err error) int {
 	return 0
 }
 
+// parserErrors are yaml.v3's parser (not scanner) messages, which it
+// reports with a 0-based line: the line where the unfinished block or
+// flow began.
+var parserErrors = []string{
+	"did not find expected key", "did not find expected node content", "did not find expected ',' or ']'",
+	"did not find expected ',' or '}'", "did not find expected '-' indicator", "did not find expected <document start>",
+}
+
+// syntaxError returns the 1-based line of a yaml.v3 syntax error and its
+// message without the line.
+func syntaxError(err error) (int, string) {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	line := lineOf(err)
+	if m := yamlLinePrefix.FindString(msg); m != "" {
+		msg = msg[len(m):]
+	}
+	for _, p := range parserErrors {
+		if strings.Contains(msg, p) {
+			line++
+			break
+		}
+	}
+	return line, msg
+}
+
+var yamlLinePrefix = regexp.MustCompile(`^line \d+: `)
+
 func (l *load) parseYAML(file string, data []byte) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for {
@@ -249,7 +276,8 @@ func (l *load) parseYAML(file string, data []byte) {
 			return
 		}
 		if err != nil {
-			l.fail(file, lineOf(err), "", "invalid YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+			line, msg := syntaxError(err)
+			l.fail(file, line, "", "invalid YAML: %s", msg)
 			return
 		}
 		if len(doc.Content) == 0 {

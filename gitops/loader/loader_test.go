@@ -154,3 +154,26 @@ func TestLoadKustomizeRefusesRemote(t *testing.T) {
 		t.Errorf("message %q", es[0])
 	}
 }
+
+func TestLoadYAMLSyntaxErrorLines(t *testing.T) {
+	for _, tc := range []struct {
+		doc  string
+		line int
+	}{
+		{"a: 1\nb: [unclosed\nc: 2\n", 2},
+		{"a: 1\nb: {x: 1\n", 2},
+		{"a: 1\n  b: 2\n", 2},
+		{"a:\n  - x\n  y: 1\n", 2}, // where the sequence began
+		{"a: 1\nb: \"unterminated\n", 2},
+	} {
+		_, err := Load(fstest.MapFS{"f.yaml": file(tc.doc)}, nil)
+		var es Errors
+		if !errors.As(err, &es) || len(es) != 1 {
+			t.Errorf("%q: err = %v", tc.doc, err)
+			continue
+		}
+		if es[0].Line != tc.line || strings.Contains(es[0].Msg, "line ") {
+			t.Errorf("%q: %v, want line %d without a second line number", tc.doc, es[0], tc.line)
+		}
+	}
+}
