@@ -64,6 +64,10 @@ func newServe() *cobra.Command {
 			}
 			log := newLogger(v.GetString("log-level"))
 			slog.SetDefault(log)
+			hubLoops, public, err := loops(v, log)
+			if err != nil {
+				return err
+			}
 			h, err := hub.New(hub.Config{
 				DataDir:        v.GetString("data-dir"),
 				Listen:         v.GetString("listen"),
@@ -71,7 +75,8 @@ func newServe() *cobra.Command {
 				AllowTagImages: v.GetBool("allow-tag-images"),
 				AdvertiseURL:   v.GetString("advertise-url"),
 				RunLoops:       true,
-				Loops:          loops(),
+				Loops:          hubLoops,
+				Public:         public,
 				Log:            log,
 			})
 			if err != nil {
@@ -89,6 +94,7 @@ func newServe() *cobra.Command {
 	f.String("advertise-url", "", "API URL written into kubeconfigs (default: from --listen)")
 	f.Bool("allow-tag-images", false, "admit images referenced by tag instead of digest (not recommended)")
 	f.String("log-level", "info", "debug, info, warn or error")
+	addSourceFlags(f)
 	return cmd
 }
 
