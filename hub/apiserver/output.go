@@ -92,10 +92,11 @@ func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, res *api.Re
 }
 
 func partialMetadata(res *api.Resource, obj runtime.Object) *metav1.PartialObjectMetadata {
-	m, _ := meta.Accessor(obj)
 	pm := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"}}
-	if om, ok := m.(*metav1.ObjectMeta); ok {
-		pm.ObjectMeta = *om.DeepCopy()
+	if a, ok := obj.(metav1.ObjectMetaAccessor); ok {
+		if om, ok := a.GetObjectMeta().(*metav1.ObjectMeta); ok {
+			pm.ObjectMeta = *om.DeepCopy()
+		}
 	}
 	return pm
 }
