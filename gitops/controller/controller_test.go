@@ -535,3 +535,79 @@ func TestWebhookAndNoSecretsShown(t *testing.T) {
 }
 
 var hookClient = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+
+func TestDeletingASource(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	c := f.commit("one", map[string]string{
+		"kept.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: kept}\n",
+	})
+	f.createSource("orphaning", nil)
+	f.waitApplied("orphaning", c)
+	g2, err := gittest.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g2.Write(map[string]string{"gone.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: gone}\n"}); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := g2.Commit("two")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.createSource("pruning", func(gs *v1alpha1.GitSource) { gs.Spec.URL = g2.URL; gs.Spec.PruneOnDelete = true })
+	f.waitApplied("pruning", c2)
+	f.eventually("the finalizer is added", func() (bool, string) {
+		gs := f.source("pruning")
+		return len(gs.Finalizers) == 1 && gs.Finalizers[0] == Finalizer, fmt.Sprint(gs.Finalizers)
+	})
+
+	for _, n := range []string{"orphaning", "pruning"} {
+		if err := f.dyn.Resource(gvr).Namespace("default").Delete(ctx, n, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.eventually("the pruning source is gone", func() (bool, string) {
+		_, err := f.dyn.Resource(gvr).Namespace("default").Get(ctx, "pruning", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	if _, err := f.configMap("default", "gone"); !apierrors.IsNotFound(err) {
+		t.Errorf("pruneOnDelete left the object: %v", err)
+	}
+	if _, err := f.configMap("default", "kept"); err != nil {
+		t.Errorf("deleting a source without pruneOnDelete deleted its object: %v", err)
+	}
+}
+
+func TestSuspendedSourceIsNotPolled(t *testing.T) {
+	f := newFixture(t, nil)
+	c1 := f.commit("one", map[string]string{"a.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {v: \"1\"}\n"})
+	f.createSource("s", nil)
+	f.waitApplied("s", c1)
+	gs := f.source("s")
+	gs.Spec.Suspend = true
+	u, _ := toUnstructured(gs)
+	if _, err := f.dyn.Resource(gvr).Namespace("default").Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("the suspension is observed", func() (bool, string) {
+		gs := f.source("s")
+		c := findCondition(gs.Status.Conditions, v1alpha1.ConditionReconciling)
+		return c != nil && c.Reason == ReasonSuspended, gs.Status.Message
+	})
+	f.commit("two", map[string]string{"a.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {v: \"2\"}\n"})
+	// Resume: the new commit applies; while suspended it was not.
+	if cm, _ := f.configMap("default", "a"); cm.Data["v"] != "1" {
+		t.Fatalf("applied while suspended: %v", cm.Data)
+	}
+	gs = f.source("s")
+	gs.Spec.Suspend = false
+	u, _ = toUnstructured(gs)
+	if _, err := f.dyn.Resource(gvr).Namespace("default").Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("the new commit applies after resuming", func() (bool, string) {
+		cm, _ := f.configMap("default", "a")
+		return cm.Data["v"] == "2", fmt.Sprint(cm.Data)
+	})
+}
