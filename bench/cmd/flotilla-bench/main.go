@@ -21,11 +21,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"flotilla.dev/flotilla/bench/hubapi"
+	"flotilla.dev/flotilla/bench/rollout"
 	schedulerbench "flotilla.dev/flotilla/bench/scheduler"
 )
 
 func main() {
-	only := flag.String("only", "", "comma-separated figures to run (api,fanout,scheduler); empty runs all")
+	only := flag.String("only", "", "comma-separated figures to run (api,fanout,rollout,scheduler); empty runs all")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -39,7 +40,7 @@ func main() {
 			failed = true
 		}
 	}
-	if want("api") || want("fanout") {
+	if want("api") || want("fanout") || want("rollout") {
 		hub, err := startHub(ctx)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "starting the hub:", err)
@@ -59,6 +60,14 @@ func main() {
 					fmt.Printf("%-44s %8.0f creates/s  p50 %v  p99 %v  (target ≥ 2,000/s with 16 clients)\n",
 						fmt.Sprintf("hub creates, %d client(s)", c.clients), r.PerSec, r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond))
 				}
+			}
+		}
+		if want("rollout") {
+			d, err := rollout.Run(ctx, hub.cfg, 100)
+			report("rolling update, 100 replicas", err)
+			if err == nil {
+				fmt.Printf("%-44s %v to complete (simulated devices, %d pods each, Ready %v after binding)\n",
+					"rolling update, 100 replicas", d.Round(10*time.Millisecond), rollout.PodsPerDevice, rollout.ReadyDelay)
 			}
 		}
 		if want("fanout") {
