@@ -4,7 +4,7 @@
 # Safe to run again; does nothing that is already done.
 set -euo pipefail
 
-pkgs=(containerd runc containernetworking-plugins iptables iproute2 conntrack docker-registry git ca-certificates procps)
+pkgs=(containerd runc containernetworking-plugins iptables iproute2 conntrack docker-registry git ca-certificates procps curl gnupg)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
