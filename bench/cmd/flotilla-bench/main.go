@@ -20,13 +20,14 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	gitopsbench "flotilla.dev/flotilla/bench/gitops"
 	"flotilla.dev/flotilla/bench/hubapi"
 	"flotilla.dev/flotilla/bench/rollout"
 	schedulerbench "flotilla.dev/flotilla/bench/scheduler"
 )
 
 func main() {
-	only := flag.String("only", "", "comma-separated figures to run (api,fanout,rollout,scheduler); empty runs all")
+	only := flag.String("only", "", "comma-separated figures to run (api,fanout,rollout,gitops,scheduler); empty runs all")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -40,7 +41,7 @@ func main() {
 			failed = true
 		}
 	}
-	if want("api") || want("fanout") || want("rollout") {
+	if want("api") || want("fanout") || want("rollout") || want("gitops") {
 		hub, err := startHub(ctx)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "starting the hub:", err)
@@ -68,6 +69,15 @@ func main() {
 			if err == nil {
 				fmt.Printf("%-44s %v to complete (simulated devices, %d pods each, Ready %v after binding)\n",
 					"rolling update, 100 replicas", d.Round(10*time.Millisecond), rollout.PodsPerDevice, rollout.ReadyDelay)
+			}
+		}
+		if want("gitops") {
+			r, err := gitopsbench.Run(ctx, hub.cfg, gitopsbench.Options{})
+			report("gitops", err)
+			if err == nil {
+				for _, l := range r.Lines() {
+					fmt.Println(l)
+				}
 			}
 		}
 		if want("fanout") {
