@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 func TestPodRunsReadyAndReadinessGatesReady(t *testing.T) {
@@ -205,35 +206,69 @@ func TestOOMKilledAndRestartPolicyNever(t *testing.T) {
 func TestPodsReachEachOtherAndInitContainersRunInOrder(t *testing.T) {
 	t.Parallel()
 	a := newAgent(t)
-	server := a.create(a.pod("server", nil))
+	server := a.create(a.pod("server", func(p *corev1.Pod) {
+		uid, gid := int64(1234), int64(5678)
+		ro, noEscalation := true, false
+		p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: &uid, RunAsGroup: &gid}
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{ReadOnlyRootFilesystem: &ro, AllowPrivilegeEscalation: &noEscalation,
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+	}))
 	client := a.create(a.pod("client", func(p *corev1.Pod) {
 		p.Spec.Volumes = []corev1.Volume{{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 		mount := []corev1.VolumeMount{{Name: "work", MountPath: "/work"}}
+		always := corev1.ContainerRestartPolicyAlways
+		startup := httpProbe("/healthz", 1, 30)
+		startup.HTTPGet.Port = intstr.FromInt32(8081)
 		p.Spec.InitContainers = []corev1.Container{
 			{Name: "first", Image: a.image, Command: []string{"/testapp", "append", "/work/order", "first"}, VolumeMounts: mount},
-			{Name: "second", Image: a.image, Command: []string{"/testapp", "append", "/work/order", "second"}, VolumeMounts: mount},
+			{Name: "proxy", Image: a.image, RestartPolicy: &always, StartupProbe: startup,
+				Env: []corev1.EnvVar{{Name: "LISTEN", Value: ":8081"}, {Name: "START_DELAY", Value: "300ms"}}},
+			// Succeeds only if the sidecar before it has started.
+			{Name: "second", Image: a.image, Command: []string{"/testapp", "get", "http://127.0.0.1:8081/healthz"}},
+			{Name: "third", Image: a.image, Command: []string{"/testapp", "append", "/work/order", "third"}, VolumeMounts: mount},
 		}
 		p.Spec.Containers[0].VolumeMounts = mount
 	}))
 	server = a.wait("server", "Ready", ready)
 	client = a.wait("client", "Ready", ready)
-	for _, name := range []string{"first", "second"} {
+	for _, name := range []string{"first", "second", "third"} {
 		cs := cstatus(client, name)
-		if cs.State.Terminated == nil || cs.State.Terminated.Reason != "Completed" || !cs.Ready {
+		if cs.State.Terminated == nil || cs.State.Terminated.Reason != "Completed" || !cs.Ready || cs.RestartCount != 0 {
 			t.Fatalf("init container %s = %s", name, dump(client))
 		}
 	}
-	order, err := a.http("GET", "http://"+client.Status.PodIP+":8080/file?path=/work/order")
-	if err != nil || order != "first\nsecond\n" {
-		t.Fatalf("init order = %q, %v", order, err)
+	if cs := cstatus(client, "proxy"); cs.State.Running == nil || !cs.Ready || !*cs.Started {
+		t.Fatalf("sidecar = %s", dump(client))
+	}
+	var order string
+	a.eventually("the client answers", func() error {
+		var err error
+		order, err = a.http("GET", "http://"+client.Status.PodIP+":8080/file?path=/work/order")
+		return err
+	})
+	if order != "first\nthird\n" {
+		t.Fatalf("init order = %q", order)
+	}
+	// The server runs with its securityContext.
+	sid := containerID(server, "app")
+	res, err := a.rt.Exec(context.Background(), sid, []string{"/testapp", "cat", "/proc/self/status"}, 10*time.Second)
+	if err != nil || !strings.Contains(string(res.Output), "Uid:\t1234") || !strings.Contains(string(res.Output), "Gid:\t5678") ||
+		!strings.Contains(string(res.Output), "CapEff:\t0000000000000000") || !strings.Contains(string(res.Output), "NoNewPrivs:\t1") {
+		t.Fatalf("/proc/self/status = %q, %v", res.Output, err)
+	}
+	if res, _ := a.rt.Exec(context.Background(), sid, []string{"/testapp", "append", "/tmp-file", "x"}, 10*time.Second); res.ExitCode == 0 {
+		t.Fatal("wrote to a read-only root filesystem")
 	}
 	if server.Status.PodIP == client.Status.PodIP {
 		t.Fatal("two pods share an IP")
 	}
-	res, err := a.rt.Exec(context.Background(), containerID(client, "app"), []string{"/testapp", "get", "http://" + server.Status.PodIP + ":8080/"}, 10*time.Second)
-	if err != nil || res.ExitCode != 0 || !strings.Contains(string(res.Output), `"podName":"server"`) {
-		t.Fatalf("client -> server: %+v %q %v", res, res.Output, err)
-	}
+	a.eventually("client reaches server by pod IP", func() error {
+		res, err := a.rt.Exec(context.Background(), containerID(client, "app"), []string{"/testapp", "get", "http://" + server.Status.PodIP + ":8080/"}, 10*time.Second)
+		if err != nil || res.ExitCode != 0 || !strings.Contains(string(res.Output), `"podName":"server"`) {
+			return fmt.Errorf("client -> server: %+v %q %v", res, res.Output, err)
+		}
+		return nil
+	})
 	if n := a.k.PodCounts(); n.Desired != 2 || n.Running != 2 {
 		t.Fatalf("PodCounts = %+v", n)
 	}

@@ -71,16 +71,28 @@ func computeStatus(in statusInput) corev1.PodStatus {
 
 	initDone := true
 	var incompleteInit []string
+	var unready []string
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		cs := containerStatus(in, c, true, false)
 		st.InitContainerStatuses = append(st.InitContainerStatuses, cs)
+		if isSidecar(c) {
+			// A sidecar counts as initialized once started, and its
+			// readiness counts towards the pod's.
+			if cs.RestartCount == 0 && (cs.State.Running == nil || !*cs.Started) {
+				initDone = false
+				incompleteInit = append(incompleteInit, c.Name)
+			}
+			if !cs.Ready {
+				unready = append(unready, c.Name)
+			}
+			continue
+		}
 		if cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0 {
 			initDone = false
 			incompleteInit = append(incompleteInit, c.Name)
 		}
 	}
-	var unready []string
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		cs := containerStatus(in, c, false, initDone)
@@ -195,7 +207,7 @@ func containerStatus(in statusInput, c *corev1.Container, isInit, initDone bool)
 		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: ts(latest.Status.StartedAt)}
 		started := in.started == nil || in.started(c.Name, latest.ID)
 		cs.Started = &started
-		if !isInit {
+		if !isInit || isSidecar(c) {
 			cs.Ready = in.ready == nil || in.ready(c.Name, latest.ID)
 		}
 		if prev != nil {
@@ -274,7 +286,15 @@ func shouldRestart(policy corev1.RestartPolicy, c *runtime.Container) bool {
 // restarted; Succeeded or Failed once all have stopped for good.
 func podPhase(spec *corev1.PodSpec, inits, apps []corev1.ContainerStatus) corev1.PodPhase {
 	pendingInit, failedInit := 0, 0
-	for _, cs := range inits {
+	for i, cs := range inits {
+		if i < len(spec.InitContainers) && isSidecar(&spec.InitContainers[i]) {
+			// Sidecars run beside the app; only one never started
+			// holds the pod back.
+			if cs.RestartCount == 0 && cs.State.Running == nil {
+				pendingInit++
+			}
+			continue
+		}
 		switch {
 		case cs.State.Terminated != nil:
 			if cs.State.Terminated.ExitCode != 0 {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"flotilla.dev/flotilla/agent/cni"
 	"flotilla.dev/flotilla/agent/kubelet/probes"
@@ -32,9 +33,9 @@ func (k *Kubelet) syncPod(ctx context.Context, w *podWorker) (syncResult, error)
 		w.lastPod = pod
 		k.objects.setPod(pod)
 	}
-	cs, err := k.rt.ListContainers(ctx, runtime.ListFilter{PodUID: string(w.uid)})
+	cs, err := k.listContainers(ctx, w.uid)
 	if err != nil {
-		return syncResult{}, fmt.Errorf("list containers of pod %s: %w", w.uid, err)
+		return syncResult{}, err
 	}
 	for _, c := range cs {
 		k.rememberContainer(c.ID, w.uid)
@@ -105,7 +106,7 @@ func (k *Kubelet) syncRunning(ctx context.Context, w *podWorker, pod *corev1.Pod
 		k.syncAppContainers(ctx, w, pod, sb, vols, attempts, note)
 	}
 
-	cs, err = k.rt.ListContainers(ctx, runtime.ListFilter{PodUID: string(pod.UID)})
+	cs, err = k.listContainers(ctx, pod.UID)
 	if err != nil {
 		return syncResult{}, err
 	}
@@ -113,7 +114,7 @@ func (k *Kubelet) syncRunning(ctx context.Context, w *podWorker, pod *corev1.Pod
 	attempts = byAttempt(cs)
 
 	var running []probes.Running
-	for _, c := range pod.Spec.Containers {
+	for _, c := range append(sidecars(pod), pod.Spec.Containers...) {
 		if l := latest(attempts[c.Name]); l != nil && l.Status.State == runtime.StateRunning {
 			running = append(running, probes.Running{Name: c.Name, ID: l.ID, StartedAt: l.Status.StartedAt, WasReady: wasReady(pod, l.ID)})
 		}
@@ -124,6 +125,50 @@ func (k *Kubelet) syncRunning(ctx context.Context, w *podWorker, pod *corev1.Pod
 		retry = time.Millisecond
 	}
 	return syncResult{requeue: retry}, errors.Join(errs...)
+}
+
+func sidecars(pod *corev1.Pod) []corev1.Container {
+	var out []corev1.Container
+	for _, c := range pod.Spec.InitContainers {
+		if isSidecar(&c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// listContainers reads the pod's containers from the runtime. A container
+// read as unknown (its task gone without an exit record) shortly after it
+// started is read again a few times: the runtime's exit recorder (its
+// containerd event watcher) deletes the task before it labels the exit,
+// and a read in between sees neither; restarting a container that in fact
+// completed would run it twice.
+func (k *Kubelet) listContainers(ctx context.Context, uid types.UID) ([]*runtime.Container, error) {
+	cs, err := k.rt.ListContainers(ctx, runtime.ListFilter{PodUID: string(uid)})
+	if err != nil {
+		return nil, fmt.Errorf("list containers of pod %s: %w", uid, err)
+	}
+	for i, c := range cs {
+		if c.Status.State != runtime.StateUnknown || time.Since(c.Status.StartedAt) > time.Minute {
+			continue
+		}
+		for try := 0; try < 10; try++ {
+			fresh, err := k.rt.ContainerStatus(ctx, c.ID)
+			if err != nil {
+				break
+			}
+			cs[i] = fresh
+			if fresh.Status.State != runtime.StateUnknown {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	return cs, nil
 }
 
 func latest(list []*runtime.Container) *runtime.Container {
@@ -156,6 +201,12 @@ func (k *Kubelet) syncInitContainers(ctx context.Context, w *podWorker, pod *cor
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		l := latest(attempts[c.Name])
+		if isSidecar(c) {
+			if !k.syncSidecar(ctx, w, pod, sb, vols, c, l, note) {
+				return false
+			}
+			continue
+		}
 		switch {
 		case l == nil:
 			note(k.startContainer(ctx, w, pod, sb, vols, c, 0))
@@ -174,6 +225,50 @@ func (k *Kubelet) syncInitContainers(ctx context.Context, w *podWorker, pod *cor
 	return true
 }
 
+func isSidecar(c *corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+}
+
+// syncSidecar keeps a sidecar (an init container with restartPolicy
+// Always) running whatever the pod's policy, and reports whether the
+// containers after it may start: once it has started (passed its startup
+// probe), and again whenever it restarts after that.
+func (k *Kubelet) syncSidecar(ctx context.Context, w *podWorker, pod *corev1.Pod, sb *runtime.Sandbox, vols map[string]volumes.Volume, c *corev1.Container, l *runtime.Container, note func(error)) bool {
+	switch {
+	case l == nil:
+		note(k.startContainer(ctx, w, pod, sb, vols, c, 0))
+		return false
+	case l.Status.State == runtime.StateRunning:
+		delete(w.waiting, c.Name)
+		if k.restartOnProbeFailure(ctx, pod, c, l, sb, note) {
+			return true
+		}
+		return k.probes.Started(pod, c.Name, l.ID) || l.Attempt > 0
+	default:
+		note(k.restartContainer(ctx, w, pod, sb, vols, c, l))
+		return !l.Status.StartedAt.IsZero()
+	}
+}
+
+// restartOnProbeFailure kills a running container whose liveness or
+// startup probe failed; the next sync restarts it.
+func (k *Kubelet) restartOnProbeFailure(ctx context.Context, pod *corev1.Pod, c *corev1.Container, l *runtime.Container, sb *runtime.Sandbox, note func(error)) bool {
+	kind, failed := k.probes.Failed(pod, c.Name, l.ID)
+	if !failed {
+		return false
+	}
+	k.event(pod, c.Name, corev1.EventTypeNormal, "Killing", "Container %s failed %s probe, will be restarted", c.Name, strings.ToLower(string(kind)))
+	grace := podGrace(pod)
+	if p := probeOf(c, kind); p != nil && p.TerminationGracePeriodSeconds != nil {
+		grace = time.Duration(*p.TerminationGracePeriodSeconds) * time.Second
+	}
+	note(k.killContainer(ctx, pod, c, l, sb, grace))
+	// The exit is seen on the next sync, which restarts it per the
+	// restart policy.
+	note(&waitErr{reason: "Restarting", msg: "after a failed probe", retry: 10 * time.Millisecond})
+	return true
+}
+
 func (k *Kubelet) syncAppContainers(ctx context.Context, w *podWorker, pod *corev1.Pod, sb *runtime.Sandbox, vols map[string]volumes.Volume, attempts map[string][]*runtime.Container, note func(error)) {
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
@@ -183,19 +278,7 @@ func (k *Kubelet) syncAppContainers(ctx context.Context, w *podWorker, pod *core
 			note(k.startContainer(ctx, w, pod, sb, vols, c, 0))
 		case l.Status.State == runtime.StateRunning:
 			delete(w.waiting, c.Name)
-			kind, failed := k.probes.Failed(pod, c.Name, l.ID)
-			if !failed {
-				continue
-			}
-			k.event(pod, c.Name, corev1.EventTypeNormal, "Killing", "Container %s failed %s probe, will be restarted", c.Name, strings.ToLower(string(kind)))
-			grace := podGrace(pod)
-			if p := probeOf(c, kind); p != nil && p.TerminationGracePeriodSeconds != nil {
-				grace = time.Duration(*p.TerminationGracePeriodSeconds) * time.Second
-			}
-			note(k.killContainer(ctx, pod, c, l, sb, grace))
-			// The exit is seen on the next sync, which restarts it per
-			// the restart policy.
-			note(&waitErr{reason: "Restarting", msg: "after a failed probe", retry: 10 * time.Millisecond})
+			k.restartOnProbeFailure(ctx, pod, c, l, sb, note)
 		default:
 			if !shouldRestart(pod.Spec.RestartPolicy, l) {
 				continue

@@ -91,7 +91,7 @@ func (k *Kubelet) syncTerminal(ctx context.Context, w *podWorker, pod *corev1.Po
 	}
 	if len(cs) > 0 {
 		// Re-read: killPod may have changed what it stopped.
-		if fresh, err := k.rt.ListContainers(ctx, runtime.ListFilter{PodUID: string(pod.UID)}); err == nil {
+		if fresh, err := k.listContainers(ctx, pod.UID); err == nil {
 			cs = fresh
 		}
 	}
@@ -100,8 +100,26 @@ func (k *Kubelet) syncTerminal(ctx context.Context, w *podWorker, pod *corev1.Po
 }
 
 // killPod stops the pod's running containers in parallel, each with its
-// preStop hook and the grace period.
+// preStop hook and the grace period; sidecars go after the others, as in
+// Kubernetes, within the same grace period.
 func (k *Kubelet) killPod(ctx context.Context, pod *corev1.Pod, cs []*runtime.Container, sb *runtime.Sandbox, grace time.Duration) error {
+	if pod == nil {
+		return k.killWave(ctx, nil, cs, sb, grace)
+	}
+	var main, side []*runtime.Container
+	for _, c := range cs {
+		if spec := containerSpec(pod, c.Name); spec != nil && isSidecar(spec) {
+			side = append(side, c)
+		} else {
+			main = append(main, c)
+		}
+	}
+	start := time.Now()
+	err := k.killWave(ctx, pod, main, sb, grace)
+	return errors.Join(err, k.killWave(ctx, pod, side, sb, grace-time.Since(start)))
+}
+
+func (k *Kubelet) killWave(ctx context.Context, pod *corev1.Pod, cs []*runtime.Container, sb *runtime.Sandbox, grace time.Duration) error {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error

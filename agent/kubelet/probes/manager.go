@@ -76,6 +76,10 @@ func (m *Manager) Sync(ctx context.Context, pod *corev1.Pod, podIP string, runni
 	for i := range pod.Spec.Containers {
 		specs[pod.Spec.Containers[i].Name] = &pod.Spec.Containers[i]
 	}
+	for i := range pod.Spec.InitContainers {
+		// Sidecars (restartPolicy Always) are probed like app containers.
+		specs[pod.Spec.InitContainers[i].Name] = &pod.Spec.InitContainers[i]
+	}
 	want := map[key]Running{}
 	for _, r := range running {
 		c := specs[r.Name]
@@ -205,9 +209,11 @@ func (m *Manager) publish(k key, id string, r Result) {
 }
 
 func container(pod *corev1.Pod, name string) *corev1.Container {
-	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == name {
-			return &pod.Spec.Containers[i]
+	for _, list := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for i := range list {
+			if list[i].Name == name {
+				return &list[i]
+			}
 		}
 	}
 	return nil
