@@ -61,7 +61,7 @@ func TestMain(m *testing.M) {
 // containerd namespace, and a private "host" network namespace with the
 // CNI bridge in it.
 type agent struct {
-	t      *testing.T
+	t      testing.TB
 	hub    *hubtest.Hub
 	rt     *runtime.Runtime
 	cfg    Config
@@ -75,7 +75,7 @@ type agent struct {
 
 const testCIDR = "10.89.0.0/24"
 
-func requireIntegration(t *testing.T) {
+func requireIntegration(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("kubelet integration tests need root (containerd, CNI, namespaces)")
@@ -101,7 +101,7 @@ func testLog() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-func newAgent(t *testing.T) *agent {
+func newAgent(t testing.TB) *agent {
 	t.Helper()
 	requireIntegration(t)
 	hub := hubtest.Start(t)

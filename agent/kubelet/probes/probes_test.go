@@ -229,3 +229,33 @@ func TestManagerThresholdsAndRestarts(t *testing.T) {
 		t.Fatal("results kept after RemovePod")
 	}
 }
+
+func TestInitialDelayAndTimeout(t *testing.T) {
+	srv, host, port := newServer(t)
+	_ = srv
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(1500 * time.Millisecond)
+	}))
+	defer slow.Close()
+	_, slowPort, _ := net.SplitHostPort(strings.TrimPrefix(slow.URL, "http://"))
+	sp, _ := strconv.Atoi(slowPort)
+
+	r := &Runner{}
+	res, msg := r.Probe(context.Background(), &corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(int32(sp))}}, Target{PodIP: host}, time.Second)
+	if res != Failure || !strings.Contains(msg, "Client.Timeout") && !strings.Contains(msg, "deadline exceeded") {
+		t.Fatalf("slow endpoint with a 1s timeout = %v %q", res, msg)
+	}
+
+	m := NewManager(Config{Runner: r})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "pod-2"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app",
+		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ok", Port: intstr.FromInt32(int32(port))}},
+			InitialDelaySeconds: 2, PeriodSeconds: 1}}}}}
+	started := time.Now()
+	m.Sync(ctx, pod, host, []Running{{Name: "app", ID: "c1", StartedAt: started}})
+	eventually(t, "ready after the initial delay", func() bool { return m.Ready(pod, "app", "c1") })
+	if since := time.Since(started); since < 2*time.Second {
+		t.Fatalf("ready after %v, before initialDelaySeconds", since)
+	}
+}
