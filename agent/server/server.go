@@ -62,6 +62,9 @@ type Config struct {
 	// ContainerRunning says whether a container attempt may still write
 	// its log; a follow ends when it says no. Optional.
 	ContainerRunning func(ctx context.Context, ref LogRef) (bool, error)
+	// Metrics, when set, is served on /metrics (to the hub only, like
+	// everything but /healthz).
+	Metrics http.Handler
 	// Poll is how often a followed log is checked; DefaultPoll when zero.
 	Poll time.Duration
 	Log  *slog.Logger
@@ -107,9 +110,16 @@ func New(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
 	mux.Handle("GET /containerLogs/{namespace}/{pod}/{container}", s.authenticated(http.HandlerFunc(s.serveLogs)))
+	if cfg.Metrics != nil {
+		mux.Handle("GET /metrics", s.authenticated(cfg.Metrics))
+	}
 	s.mux = mux
 	return s, nil
 }
+
+// Close releases the listener of a server that is not run (Run closes
+// it when it ends).
+func (s *Server) Close() error { return s.ln.Close() }
 
 // Addr is the address the server listens on.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }

@@ -73,7 +73,8 @@ func TestServerAuthAndLogs(t *testing.T) {
 		t.Errorf("serving.key mode: %v %v", st.Mode(), err)
 	}
 
-	s, err := New(Config{Listen: "127.0.0.1:0", LogDir: dir, Certificate: cert, ClientCAs: hubCA.CAPool(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "go_goroutines 7\n") })
+	s, err := New(Config{Listen: "127.0.0.1:0", LogDir: dir, Certificate: cert, ClientCAs: hubCA.CAPool(), Metrics: metrics, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +125,8 @@ func TestServerAuthAndLogs(t *testing.T) {
 		{"no previous", admin, "/containerLogs/default/web/app?previous=true", 400, "previous terminated container"},
 		{"unknown pod", admin, "/containerLogs/default/nope/app", 404, "pod default/nope has no logs"},
 		{"unknown path", admin, "/exec/default/web/app", 404, ""},
+		{"metrics", admin, "/metrics", 200, "go_goroutines 7"},
+		{"metrics need the hub", clientFor(t, pin, nil, nil), "/metrics", 401, "client certificate"},
 	} {
 		code, body := get(tc.client, tc.path)
 		if code != tc.code || !strings.Contains(body, tc.body) {

@@ -1,0 +1,415 @@
+package agent
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"flotilla.dev/flotilla/agent/cni"
+	"flotilla.dev/flotilla/agent/kubelet"
+	"flotilla.dev/flotilla/agent/node"
+	"flotilla.dev/flotilla/agent/proxy"
+	"flotilla.dev/flotilla/agent/runtime"
+	"flotilla.dev/flotilla/agent/server"
+	"flotilla.dev/flotilla/internal/version"
+	"flotilla.dev/flotilla/registry"
+)
+
+// Defaults from Flotilla's contracts.
+const (
+	DefaultDataDir = "/var/lib/flotilla/agent"
+	podCIDRFile    = "pod-cidr"
+)
+
+var (
+	// ErrConfig is returned for a configuration that cannot work.
+	ErrConfig = errors.New("invalid agent configuration")
+	// ErrPodCIDRChanged ends Run when the hub assigned another pod CIDR
+	// than the one the pod network was set up with; restart to apply it.
+	ErrPodCIDRChanged = errors.New("the node's pod CIDR changed; restart the agent to apply it")
+)
+
+// Credentials gives the agent its client configuration for the hub. It
+// may block (a join waits for the hub) and must return a config that
+// carries the hub's CA.
+type Credentials func(ctx context.Context) (*rest.Config, error)
+
+// Config is everything the agent is started with. Every field but
+// Credentials and Log is also a config key, flag and FLOTILLA_ environment
+// variable (see cmd/flotilla-agent).
+type Config struct {
+	// NodeName is the device's Node name (required).
+	NodeName string
+	// DataDir holds pki/ (the serving certificate), pods/ (volumes) and
+	// pod-cidr; DefaultDataDir when empty.
+	DataDir string
+	// ContainerdAddress and ContainerdNamespace: runtime.DefaultSocket and
+	// runtime.DefaultNamespace when empty.
+	ContainerdAddress   string
+	ContainerdNamespace string
+	// Labels are set on the Node (see node.Config.Labels).
+	Labels map[string]string
+	// NodeIP is the address the hub reaches this device on; the default
+	// route's address when empty.
+	NodeIP string
+	// ServerListen is the agent server's address; server.DefaultListen
+	// when empty.
+	ServerListen string
+	// CNIConfDir and CNIBinDirs: cni's defaults when empty.
+	CNIConfDir string
+	CNIBinDirs []string
+	// LogDir holds container logs; runtime.DefaultLogDir when empty.
+	LogDir string
+	// MaxPods is the Node's pods capacity; 110 when zero.
+	MaxPods int
+	// Registries configures registry hosts (mirrors, plain HTTP, auth).
+	Registries registry.Config
+	// RunDir and LoggerPath pass through to the runtime (tests point
+	// them at temporary places); the runtime's defaults when empty.
+	RunDir     string
+	LoggerPath string
+	// NetNSPath is the network namespace the pod network and the service
+	// rules live in; the agent's own when empty (tests and simulated
+	// devices give each agent a private one).
+	NetNSPath string
+	// Credentials obtain the hub client config (required).
+	Credentials Credentials
+	Log         *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	var errs []error
+	if errs2 := validation.IsDNS1123Subdomain(c.NodeName); len(errs2) > 0 {
+		errs = append(errs, fmt.Errorf("node name %q: %s (set --node-name)", c.NodeName, strings.Join(errs2, "; ")))
+	}
+	if c.Credentials == nil {
+		errs = append(errs, errors.New("no hub credentials (give --kubeconfig)"))
+	}
+	if c.NodeIP != "" && net.ParseIP(c.NodeIP) == nil {
+		errs = append(errs, fmt.Errorf("--node-ip %q is not an IP address", c.NodeIP))
+	}
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir
+	}
+	if c.ContainerdAddress == "" {
+		c.ContainerdAddress = runtime.DefaultSocket
+	}
+	if c.ContainerdNamespace == "" {
+		c.ContainerdNamespace = runtime.DefaultNamespace
+	}
+	if c.ServerListen == "" {
+		c.ServerListen = server.DefaultListen
+	}
+	if _, _, err := net.SplitHostPort(c.ServerListen); err != nil {
+		errs = append(errs, fmt.Errorf("--server-listen %q: %v (want host:port or :port)", c.ServerListen, err))
+	}
+	if c.LogDir == "" {
+		c.LogDir = runtime.DefaultLogDir
+	}
+	for _, d := range []struct{ flag, path string }{{"--data-dir", c.DataDir}, {"--log-dir", c.LogDir}, {"--cni-conf-dir", c.CNIConfDir}} {
+		if d.path != "" && !filepath.IsAbs(d.path) {
+			errs = append(errs, fmt.Errorf("%s %q must be an absolute path", d.flag, d.path))
+		}
+	}
+	if err := node.ValidateLabels(c.Labels); err != nil {
+		errs = append(errs, err)
+	}
+	if c.MaxPods < 0 {
+		errs = append(errs, fmt.Errorf("--max-pods %d is negative", c.MaxPods))
+	}
+	if err := c.Registries.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return c, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return c, nil
+}
+
+// Agent is a device agent.
+type Agent struct {
+	cfg Config
+	log *slog.Logger
+
+	// networkReady is set once the pod network is configured.
+	networkReady atomic.Bool
+	ctrd         *containerd.Client
+}
+
+// New checks cfg; Run does the work.
+func New(cfg Config) (*Agent, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{cfg: cfg, log: cfg.Log.With("node", cfg.NodeName)}, nil
+}
+
+// Run runs the agent until ctx ends or a part fails. Containers outlive
+// it: a new agent adopts them.
+func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	restCfg, err := a.cfg.Credentials(ctx)
+	if err != nil {
+		return fmt.Errorf("hub credentials: %w", err)
+	}
+	if err := os.MkdirAll(a.cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("creating the data dir: %w", err)
+	}
+	hubCAs, err := caPool(restCfg)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("hub client: %w", err)
+	}
+
+	a.ctrd, err = containerd.New(a.cfg.ContainerdAddress, containerd.WithDefaultNamespace(a.cfg.ContainerdNamespace))
+	if err != nil {
+		return fmt.Errorf("containerd at %s: %w", a.cfg.ContainerdAddress, err)
+	}
+	defer a.ctrd.Close()
+	runtimeVersion, err := a.waitContainerd(ctx)
+	if err != nil {
+		return err
+	}
+	rt, err := runtime.New(runtime.Config{
+		Client: a.ctrd, Namespace: a.cfg.ContainerdNamespace, LogDir: a.cfg.LogDir,
+		RunDir: a.cfg.RunDir, LoggerPath: a.cfg.LoggerPath,
+	})
+	if err != nil {
+		return err
+	}
+	puller, err := registry.NewPuller(a.ctrd, registry.PullerConfig{Namespace: a.cfg.ContainerdNamespace, Registries: a.cfg.Registries})
+	if err != nil {
+		return err
+	}
+
+	hostname, _ := os.Hostname()
+	cert, err := server.LoadOrCreateServingCert(filepath.Join(a.cfg.DataDir, "pki"), []string{a.cfg.NodeIP, a.cfg.NodeName, hostname})
+	if err != nil {
+		return fmt.Errorf("the agent's serving certificate: %w", err)
+	}
+	pin, err := server.CertHash(cert)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := server.New(server.Config{
+		Listen: a.cfg.ServerListen, LogDir: a.cfg.LogDir, Certificate: cert, ClientCAs: hubCAs,
+		ContainerRunning: containerRunning(rt),
+		Metrics:          promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		Log:              a.log.With("component", "server"),
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	port := srv.Addr().(*net.TCPAddr).Port
+	nd, err := node.New(node.Config{
+		Client: client, Name: a.cfg.NodeName, Labels: a.cfg.Labels, NodeIP: a.cfg.NodeIP,
+		Annotations: map[string]string{server.AnnotationServingCertHash: pin},
+		MaxPods:     a.cfg.MaxPods, DataDir: a.cfg.DataDir, KubeletPort: int32(port),
+		AgentVersion: version.Version, RuntimeVersion: runtimeVersion,
+		Ready: a.ready, Log: a.log.With("component", "node"),
+	})
+	if err != nil {
+		return err
+	}
+	px, err := proxy.New(proxy.Config{
+		NodeName: a.cfg.NodeName, NodeIP: a.cfg.NodeIP, Client: client, NetNSPath: a.cfg.NetNSPath,
+		Log: a.log.With("component", "proxy"),
+	})
+	if err != nil {
+		return err
+	}
+
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	run := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil && ctx.Err() == nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	run("agent server", srv.Run)
+	run("node", nd.Run)
+	run("service proxy", px.Run)
+	run("pods", func(ctx context.Context) error { return a.runPods(ctx, client, nd, rt, puller) })
+	a.log.Info("agent started", "version", version.Version, "runtime", runtimeVersion, "server", srv.Addr().String())
+
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+		a.log.Error("agent stopping", "err", err)
+	}
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// waitContainerd waits for containerd to answer and returns its version
+// as nodeInfo shows it.
+func (a *Agent) waitContainerd(ctx context.Context) (string, error) {
+	delay := 200 * time.Millisecond
+	for {
+		vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		v, err := a.ctrd.Version(vctx)
+		cancel()
+		if err == nil {
+			return "containerd://" + strings.TrimPrefix(v.Version, "v"), nil
+		}
+		a.log.Warn("containerd does not answer yet; waiting", "address", a.cfg.ContainerdAddress, "err", err)
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("waiting for containerd at %s: %w", a.cfg.ContainerdAddress, ctx.Err())
+		case <-time.After(delay):
+		}
+		if delay *= 2; delay > 10*time.Second {
+			delay = 10 * time.Second
+		}
+	}
+}
+
+// ready is the Node's Ready condition: containerd answers and the pod
+// network is set up.
+func (a *Agent) ready(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if ok, err := a.ctrd.IsServing(cctx); !ok {
+		return fmt.Errorf("container runtime is down: %v", err)
+	}
+	if !a.networkReady.Load() {
+		return errors.New("network plugin not ready: waiting for the hub to assign this node a pod CIDR")
+	}
+	return nil
+}
+
+// runPods sets up the pod network and runs the kubelet.
+func (a *Agent) runPods(ctx context.Context, client kubernetes.Interface, nd *node.Node, rt *runtime.Runtime, puller *registry.Puller) error {
+	cidrPath := filepath.Join(a.cfg.DataDir, podCIDRFile)
+	cidr := readCIDR(cidrPath)
+	errc := make(chan error, 2)
+	if cidr == "" {
+		a.log.Info("waiting for the hub to assign a pod CIDR")
+		var err error
+		if cidr, err = nd.WaitForPodCIDR(ctx); err != nil {
+			return nil // ctx ended
+		}
+		if err := writeCIDR(cidrPath, cidr); err != nil {
+			return err
+		}
+	} else {
+		go func() {
+			hub, err := nd.WaitForPodCIDR(ctx)
+			if err != nil || hub == cidr {
+				return
+			}
+			if err := writeCIDR(cidrPath, hub); err != nil {
+				errc <- err
+				return
+			}
+			errc <- fmt.Errorf("%w (from %s to %s)", ErrPodCIDRChanged, cidr, hub)
+		}()
+	}
+	network, err := cni.New(cni.Config{ConfDir: a.cfg.CNIConfDir, BinDirs: a.cfg.CNIBinDirs, PodCIDR: cidr})
+	if err != nil {
+		return fmt.Errorf("pod network: %w", err)
+	}
+	a.networkReady.Store(true)
+	a.log.Info("pod network configured", "podCIDR", cidr, "conf", network.ConfFile())
+	var hostIPs []string
+	if a.cfg.NodeIP != "" {
+		hostIPs = []string{a.cfg.NodeIP}
+	}
+	k, err := kubelet.New(kubelet.Config{
+		NodeName: a.cfg.NodeName, Client: client, Runtime: rt, Network: network, Puller: puller,
+		HostIPs: hostIPs, RootDir: filepath.Join(a.cfg.DataDir, "pods"), NetNSPath: a.cfg.NetNSPath, Log: a.log,
+	})
+	if err != nil {
+		return err
+	}
+	go func() { errc <- k.Run(ctx) }()
+	return <-errc
+}
+
+func readCIDR(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	s := strings.TrimSpace(string(b))
+	if _, _, err := net.ParseCIDR(s); err != nil {
+		return ""
+	}
+	return s
+}
+
+func writeCIDR(path, cidr string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(cidr+"\n"), 0o644); err != nil {
+		return fmt.Errorf("remembering the pod CIDR: %w", err)
+	}
+	return os.Rename(tmp, path)
+}
+
+// caPool is the hub CA from the client config: the agent server trusts
+// the client certificates it signed.
+func caPool(c *rest.Config) (*x509.CertPool, error) {
+	pem := c.TLSClientConfig.CAData
+	if len(pem) == 0 && c.TLSClientConfig.CAFile != "" {
+		b, err := os.ReadFile(c.TLSClientConfig.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading the hub CA: %w", err)
+		}
+		pem = b
+	}
+	pool := x509.NewCertPool()
+	if len(pem) == 0 || !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%w: the hub credentials carry no CA certificate; the agent needs it to trust the hub and to let only the hub call it", ErrConfig)
+	}
+	return pool, nil
+}
+
+// containerRunning asks containerd whether a container attempt still
+// runs, for the log follower.
+func containerRunning(rt *runtime.Runtime) func(ctx context.Context, ref server.LogRef) (bool, error) {
+	return func(ctx context.Context, ref server.LogRef) (bool, error) {
+		cs, err := rt.ListContainers(ctx, runtime.ListFilter{PodUID: ref.UID})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range cs {
+			if c.Name == ref.Container && c.Attempt == ref.Attempt {
+				return c.Status.State == runtime.StateRunning || c.Status.State == runtime.StateCreated, nil
+			}
+		}
+		return false, nil
+	}
+}

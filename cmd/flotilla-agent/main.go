@@ -1,0 +1,227 @@
+// Command flotilla-agent runs Flotilla's device agent: it registers the
+// device as a Node of its hub and runs the pods bound to it on containerd.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"flotilla.dev/flotilla/agent/agent"
+	"flotilla.dev/flotilla/agent/cni"
+	"flotilla.dev/flotilla/agent/node"
+	"flotilla.dev/flotilla/agent/runtime"
+	"flotilla.dev/flotilla/agent/server"
+	"flotilla.dev/flotilla/internal/config"
+	"flotilla.dev/flotilla/internal/version"
+	"flotilla.dev/flotilla/registry"
+)
+
+// DefaultConfigFile is read when it exists (--config names another).
+const DefaultConfigFile = "/etc/flotilla/agent.yaml"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRoot().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "flotilla-agent",
+		Short: "The Flotilla agent: runs the pods its hub binds to this device",
+		Long: `The Flotilla agent registers this device as a Node of its hub and runs the
+pods bound to it on containerd.
+
+Run it with "flotilla-agent run" (or, as the kubelet, with flags only).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+	}
+	run := newRun()
+	// Bare flags run the agent, as the kubelet does: the root command
+	// carries the run command's flags.
+	root.Flags().AddFlagSet(run.Flags())
+	root.RunE = func(cmd *cobra.Command, args []string) error {
+		if cmd.Flags().NFlag() == 0 {
+			if _, err := os.Stat(DefaultConfigFile); err != nil {
+				return cmd.Help()
+			}
+		}
+		return runAgent(cmd)
+	}
+	root.AddCommand(run, newVersion())
+	return root
+}
+
+func newVersion() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), version.String("flotilla-agent"))
+		},
+	}
+}
+
+func newRun() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the agent",
+		Long: `Run the agent. Every flag is also a key in the config file
+(/etc/flotilla/agent.yaml) and an environment variable FLOTILLA_<KEY>
+(dashes become underscores: FLOTILLA_NODE_NAME). In the file, labels may
+also be a map, and registries configures registry hosts:
+
+  labels: {site: berlin, line: "3"}
+  registries:
+    hosts:
+      registry.local:5000: {plainHTTP: true}`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runAgent(cmd) },
+	}
+	hostname, _ := os.Hostname()
+	f := cmd.Flags()
+	f.String("config", DefaultConfigFile, "config file (YAML; keys are the flag names; empty for none)")
+	f.String("hub", "", "URL of the hub's API (overrides the kubeconfig's server)")
+	f.String("token", "", "join token from 'flotilla-hub token create'")
+	f.String("ca-hash", "", "sha256:HASH of the hub's CA, pinned when joining with --token")
+	f.String("kubeconfig", "", "kubeconfig with the agent's credentials for the hub")
+	f.String("node-name", strings.ToLower(hostname), "name of this device's Node")
+	f.String("data-dir", agent.DefaultDataDir, "directory for the agent's state (pki/, pods/, pod-cidr)")
+	f.String("containerd-address", runtime.DefaultSocket, "containerd's socket")
+	f.String("containerd-namespace", runtime.DefaultNamespace, "containerd namespace of the agent's images and containers")
+	f.String("labels", "", "labels of the Node: k=v,k2=v2")
+	f.String("node-ip", "", "address the hub reaches this device on (default: the default route's)")
+	f.String("server-listen", server.DefaultListen, "HTTPS address of the agent server (logs for the hub)")
+	f.String("cni-conf-dir", cni.DefaultConfDir, "CNI network configuration directory")
+	f.StringSlice("cni-bin-dir", cni.DefaultBinDirs, "CNI plugin directories, searched in order")
+	f.String("log-dir", runtime.DefaultLogDir, "directory of container logs")
+	f.Int("max-pods", node.DefaultMaxPods, "pods this device runs at most")
+	f.String("log-level", "info", "debug, info, warn or error")
+	// registries is a config-file key only (a map); declared so that the
+	// file's unknown-key check accepts it.
+	f.String("registries", "", "registry hosts (config file only; see --help)")
+	_ = f.MarkHidden("registries")
+	return cmd
+}
+
+// runAgent reads the configuration of cmd's flags and runs the agent.
+func runAgent(cmd *cobra.Command) error {
+	flags := cmd.Flags()
+	cfgFile, _ := flags.GetString("config")
+	v, err := config.Load(cmd, cfgFile, flags.Changed("config"))
+	if err != nil {
+		return err
+	}
+	cfg, err := agentConfig(v)
+	if err != nil {
+		return err
+	}
+	log := newLogger(v.GetString("log-level"))
+	slog.SetDefault(log)
+	cfg.Log = log
+	a, err := agent.New(cfg)
+	if err != nil {
+		return err
+	}
+	err = a.Run(cmd.Context())
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// agentConfig turns the merged configuration into agent.Config.
+func agentConfig(v *viper.Viper) (agent.Config, error) {
+	labels, err := labelsOf(v.Get("labels"))
+	if err != nil {
+		return agent.Config{}, err
+	}
+	var regs registry.Config
+	if raw := v.Get("registries"); raw != nil && raw != "" {
+		if err := v.UnmarshalKey("registries", &regs); err != nil {
+			return agent.Config{}, fmt.Errorf("the registries key: %w", err)
+		}
+	}
+	cfg := agent.Config{
+		NodeName:            v.GetString("node-name"),
+		DataDir:             v.GetString("data-dir"),
+		ContainerdAddress:   v.GetString("containerd-address"),
+		ContainerdNamespace: v.GetString("containerd-namespace"),
+		Labels:              labels,
+		NodeIP:              v.GetString("node-ip"),
+		ServerListen:        v.GetString("server-listen"),
+		CNIConfDir:          v.GetString("cni-conf-dir"),
+		CNIBinDirs:          v.GetStringSlice("cni-bin-dir"),
+		LogDir:              v.GetString("log-dir"),
+		MaxPods:             v.GetInt("max-pods"),
+		Registries:          regs,
+	}
+	kubeconfig, token := v.GetString("kubeconfig"), v.GetString("token")
+	switch {
+	case kubeconfig != "":
+		cfg.Credentials = agent.KubeconfigCredentials(kubeconfig, v.GetString("hub"))
+	case token != "":
+		return cfg, errors.New("joining with --token is not available in this build yet: give --kubeconfig with credentials issued by the hub")
+	default:
+		return cfg, errors.New("no hub credentials: give --kubeconfig (a kubeconfig issued by the hub)")
+	}
+	return cfg, nil
+}
+
+// labelsOf accepts "k=v,k2=v2" (flag, environment) or a map (config file).
+func labelsOf(raw any) (map[string]string, error) {
+	switch l := raw.(type) {
+	case nil:
+		return nil, nil
+	case string:
+		return node.ParseLabels(l)
+	case map[string]any:
+		out := make(map[string]string, len(l))
+		keys := make([]string, 0, len(l))
+		for k := range l {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			switch val := l[k].(type) {
+			case string:
+				out[k] = val
+			case bool, int, int64, float64:
+				out[k] = fmt.Sprint(val)
+			default:
+				return nil, fmt.Errorf("label %s: value %v is not a string", k, val)
+			}
+		}
+		return out, node.ValidateLabels(out)
+	case []any:
+		parts := make([]string, 0, len(l))
+		for _, p := range l {
+			parts = append(parts, fmt.Sprint(p))
+		}
+		return node.ParseLabels(strings.Join(parts, ","))
+	}
+	return nil, fmt.Errorf("labels: want k=v,k2=v2 or a map, got %T", raw)
+}
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}

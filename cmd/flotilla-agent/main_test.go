@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"flotilla.dev/flotilla/internal/config"
+)
+
+// load parses args for the run command and reads the config file.
+func load(t *testing.T, file string, args ...string) (map[string]string, error) {
+	t.Helper()
+	cmd := newRun()
+	if err := cmd.ParseFlags(args); err != nil {
+		t.Fatal(err)
+	}
+	v, err := config.Load(cmd, file, file != "")
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := agentConfig(v)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{
+		"node": cfg.NodeName, "data": cfg.DataDir, "ns": cfg.ContainerdNamespace, "ip": cfg.NodeIP,
+		"listen": cfg.ServerListen, "bins": strings.Join(cfg.CNIBinDirs, ":"), "logs": cfg.LogDir,
+	}
+	for k, v := range cfg.Labels {
+		out["label:"+k] = v
+	}
+	for h, hc := range cfg.Registries.Hosts {
+		if hc.PlainHTTP {
+			out["plain:"+h] = "true"
+		}
+	}
+	if cfg.Credentials == nil {
+		t.Error("no credentials")
+	}
+	return out, nil
+}
+
+func TestConfigSources(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "agent.yaml")
+	os.WriteFile(file, []byte(`node-name: dev-7
+kubeconfig: /etc/flotilla/agent.kubeconfig
+labels: {site: berlin, line: 3}
+data-dir: /srv/agent
+cni-bin-dir: [/opt/cni/bin]
+registries:
+  hosts:
+    registry.local:5000: {plainHTTP: true}
+`), 0o644)
+	got, err := load(t, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{
+		"node": "dev-7", "data": "/srv/agent", "ns": "flotilla", "label:site": "berlin", "label:line": "3",
+		"listen": ":10250", "bins": "/opt/cni/bin", "logs": "/var/log/flotilla/pods", "plain:registry.local:5000": "true",
+	} {
+		if got[k] != want {
+			t.Errorf("%s = %q, want %q (all: %v)", k, got[k], want, got)
+		}
+	}
+	// Environment over file, flags over environment.
+	t.Setenv("FLOTILLA_NODE_NAME", "from-env")
+	t.Setenv("FLOTILLA_LABELS", "tier=edge")
+	got, err = load(t, file, "--node-ip", "10.1.2.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["node"] != "from-env" || got["label:tier"] != "edge" || got["label:site"] != "" || got["ip"] != "10.1.2.3" {
+		t.Errorf("env/flags: %v", got)
+	}
+	got, err = load(t, file, "--node-name", "from-flag", "--labels", "a=b,c=d")
+	if err != nil || got["node"] != "from-flag" || got["label:a"] != "b" || got["label:c"] != "d" {
+		t.Errorf("flags: %v %v", got, err)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("kubeconfig: /x\nnode-nmae: typo\n"), 0o644)
+	for name, tc := range map[string]struct {
+		file string
+		args []string
+		want string
+	}{
+		"unknown key":    {bad, nil, `unknown key "node-nmae"`},
+		"missing file":   {filepath.Join(dir, "nope.yaml"), nil, "nope.yaml"},
+		"no credentials": {"", nil, "give --kubeconfig"},
+		"token":          {"", []string{"--token", "abc.def"}, "--token is not available"},
+		"bad labels":     {"", []string{"--kubeconfig", "/x", "--labels", "novalue"}, "not key=value"},
+	} {
+		_, err := load(t, tc.file, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", name, err, tc.want)
+		}
+	}
+}
+
+func TestVersionAndHelp(t *testing.T) {
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetArgs([]string{"version"})
+	if err := root.Execute(); err != nil || !strings.HasPrefix(out.String(), "flotilla-agent ") {
+		t.Errorf("version: %q %v", out.String(), err)
+	}
+	root = newRoot()
+	out.Reset()
+	root.SetOut(&out)
+	root.SetArgs([]string{"run", "--help"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"--hub", "--token", "--ca-hash", "--node-name", "--data-dir", "--containerd-namespace", "--containerd-address",
+		"--labels", "--kubeconfig", "--node-ip", "--server-listen", "--cni-conf-dir", "--cni-bin-dir", "--log-dir"} {
+		if !strings.Contains(out.String(), f) {
+			t.Errorf("run --help lacks %s", f)
+		}
+	}
+	// Bare flags run the agent too: a bad one is refused as by run.
+	root = newRoot()
+	tmp := t.TempDir()
+	root.SetArgs([]string{"--config", "", "--data-dir", filepath.Join(tmp, "data"), "--log-dir", filepath.Join(tmp, "logs"), "--kubeconfig", filepath.Join(tmp, "missing")})
+	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("bare flags: %v", err)
+	}
+}
