@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"flotilla.dev/flotilla/test/testimage"
 )
 
 func TestPodRunsReadyAndReadinessGatesReady(t *testing.T) {
@@ -118,7 +120,31 @@ func TestLivenessFailureRestarts(t *testing.T) {
 	a.waitEvent(p, "Unhealthy", "Liveness probe failed: HTTP probe failed with statuscode: 500")
 	a.waitEvent(p, "Killing", "Container app failed liveness probe, will be restarted")
 	// The new container does not inherit the failure: it becomes Ready.
-	a.wait("alive", "Ready after restart", ready)
+	p = a.wait("alive", "Ready after restart", ready)
+
+	// A new image in the spec restarts the container with it.
+	variant := testimage.Build(t, testimage.SharedRegistry(t), "testapp", testimage.AppPackage,
+		testimage.Options{ExposedPorts: []string{"8080/tcp"}, Env: []string{"VARIANT=b"}})
+	p.Spec.Containers[0].Image = variant
+	if _, err := a.hub.Client.CoreV1().Pods("default").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, digest, _ := strings.Cut(variant, "@")
+	p = a.wait("alive", "running the new image", func(p *corev1.Pod) error {
+		cs := cstatus(p, "app")
+		if cs.State.Running == nil || !strings.HasSuffix(cs.ImageID, digest) || cs.Image != variant {
+			return fmt.Errorf("image %s id %s", cs.Image, cs.ImageID)
+		}
+		return nil
+	})
+	a.waitEvent(p, "Killing", "Container app definition changed, will be restarted")
+	a.eventually("the new image's environment", func() error {
+		env, err := a.http("GET", "http://"+p.Status.PodIP+":8080/env")
+		if err != nil || !strings.Contains(env, "VARIANT=b\n") {
+			return fmt.Errorf("env %q, %v", env, err)
+		}
+		return nil
+	})
 }
 
 func TestCrashLoopBackOff(t *testing.T) {

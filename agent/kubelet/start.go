@@ -176,6 +176,17 @@ func (k *Kubelet) imageID(ctx context.Context, name string) string {
 	return id
 }
 
+// labelSpecImage records the image the pod spec named when the container
+// was made: the image is the one mutable field of a container, and a
+// change restarts the container with the new one.
+const labelSpecImage = "flotilla.dev/spec-image"
+
+// specChanged reports whether c's image changed since attempt l was made.
+func specChanged(c *corev1.Container, l *runtime.Container) bool {
+	img, ok := l.Labels[labelSpecImage]
+	return ok && img != c.Image
+}
+
 // createErr is a configuration problem with a reason other than
 // CreateContainerConfigError.
 type createErr struct{ reason, msg string }
@@ -216,6 +227,7 @@ func (k *Kubelet) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev
 		Env:        env.Strings(),
 		WorkingDir: c.WorkingDir,
 		Sandbox:    sb,
+		Labels:     map[string]string{labelSpecImage: c.Image},
 	}
 	for _, vm := range c.VolumeMounts {
 		vol, ok := vols[vm.Name]

@@ -276,6 +276,13 @@ func (k *Kubelet) syncAppContainers(ctx context.Context, w *podWorker, pod *core
 		switch {
 		case l == nil:
 			note(k.startContainer(ctx, w, pod, sb, vols, c, 0))
+		case specChanged(c, l):
+			if l.Status.State == runtime.StateRunning {
+				k.event(pod, c.Name, corev1.EventTypeNormal, "Killing", "Container %s definition changed, will be restarted", c.Name)
+				note(k.killContainer(ctx, pod, c, l, sb, podGrace(pod)))
+			}
+			// A new image starts at once, whatever the restart policy.
+			note(k.startContainer(ctx, w, pod, sb, vols, c, l.Attempt+1))
 		case l.Status.State == runtime.StateRunning:
 			delete(w.waiting, c.Name)
 			k.restartOnProbeFailure(ctx, pod, c, l, sb, note)

@@ -89,11 +89,14 @@ func (k *Kubelet) syncTerminal(ctx context.Context, w *podWorker, pod *corev1.Po
 	if err := k.volumes.TearDown(pod.UID); err != nil {
 		return syncResult{}, err
 	}
-	if len(cs) > 0 {
-		// Re-read: killPod may have changed what it stopped.
-		if fresh, err := k.listContainers(ctx, pod.UID); err == nil {
-			cs = fresh
-		}
+	if len(cs) == 0 {
+		// Nothing left to read the status from (a reboot removed the
+		// records): the one on the hub stays as it is.
+		return syncResult{}, nil
+	}
+	// Re-read: killPod may have changed what it stopped.
+	if fresh, err := k.listContainers(ctx, pod.UID); err == nil {
+		cs = fresh
 	}
 	k.updateStatus(ctx, w, pod, nil, cs)
 	return syncResult{}, nil
