@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"sort"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -39,6 +40,8 @@ type servicePort struct {
 	Cluster, Local []endpoint
 	// HasEndpoints: some endpoint exists, usable or not.
 	HasEndpoints bool
+	// key orders service ports and names them in caches.
+	key string
 }
 
 // String is "namespace/name:port", as kube-proxy names service ports.
@@ -101,16 +104,39 @@ func buildModel(nodeName string, services []*corev1.Service, slices []*discovery
 			if sp.NodePort != 0 && localOnly {
 				sp.Local = usable(all, func(e endpoint) bool { return e.Node == nodeName })
 			}
+			sp.key = sp.String() + "\x00" + string(proto)
 			out = append(out, sp)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if a, b := out[i].String(), out[j].String(); a != b {
-			return a < b
-		}
-		return out[i].Protocol < out[j].Protocol
-	})
+	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
 	return out
+}
+
+// fingerprint covers everything the port's rules are made of: equal
+// fingerprints render equal rules.
+func (s *servicePort) fingerprint() string {
+	var b strings.Builder
+	b.Grow(64 + 24*(len(s.Cluster)+len(s.Local)))
+	b.WriteString(s.key)
+	for _, v := range []int32{s.Port, s.NodePort, s.AffinitySeconds} {
+		b.WriteByte(' ')
+		b.WriteString(strconv.Itoa(int(v)))
+	}
+	b.WriteByte(' ')
+	b.WriteString(s.ClusterIP)
+	if s.LocalOnly {
+		b.WriteString(" local")
+	}
+	for _, e := range s.Cluster {
+		b.WriteByte(' ')
+		b.WriteString(e.addr())
+	}
+	b.WriteString(" |")
+	for _, e := range s.Local {
+		b.WriteByte(' ')
+		b.WriteString(e.addr())
+	}
+	return b.String()
 }
 
 // proxied: services with a ClusterIP get rules; headless and ExternalName

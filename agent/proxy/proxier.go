@@ -74,8 +74,10 @@ type SyncResult struct {
 	ChainsWritten, ChainsDeleted int
 	// Restores is 1 when iptables-restore ran.
 	Restores int
-	// Duration is the whole sync, from reading the caches to the kernel.
-	Duration time.Duration
+	// Duration is the whole sync, from reading the caches to the kernel;
+	// Restore the part of it spent in iptables-restore, ReadBack the part
+	// spent ensuring base chains and reading the tables (full syncs).
+	Duration, Restore, ReadBack time.Duration
 	// Err is the sync's failure, if any.
 	Err error
 }
@@ -93,8 +95,12 @@ type Proxier struct {
 	dirty chan struct{}
 
 	// Owned by the sync loop.
-	written   written // nil: unknown, read it back before writing
-	lastPorts []*servicePort
+	written written // nil: unknown, read it back before writing
+	// writtenPorts are the port renderings the kernel holds (valid
+	// with written).
+	writtenPorts map[string]*portRules
+	lastPorts    []*servicePort
+	render       renderer
 
 	mu      sync.Mutex
 	running bool
@@ -136,7 +142,8 @@ func New(cfg Config) (*Proxier, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	p := &Proxier{cfg: cfg, log: cfg.Log.With("component", "proxy"), factory: cfg.Informers, dirty: make(chan struct{}, 1)}
+	p := &Proxier{cfg: cfg, log: cfg.Log.With("component", "proxy"), factory: cfg.Informers, dirty: make(chan struct{}, 1),
+		render: renderer{clusterCIDR: cfg.ClusterCIDR}}
 	svcInf := cfg.Informers.Core().V1().Services()
 	sliceInf := cfg.Informers.Discovery().V1().EndpointSlices()
 	p.services, p.slices = svcInf.Lister(), sliceInf.Lister()
@@ -292,10 +299,12 @@ func (p *Proxier) sync(ctx context.Context, res *SyncResult) error {
 	}
 	ports := buildModel(p.cfg.NodeName, services, slices)
 	res.ServicePorts = len(ports)
-	want := buildRules(p.cfg.ClusterCIDR, ports)
+	want := p.render.render(ports)
 
 	if res.Full {
-		p.written = nil
+		readStart := time.Now()
+		defer func() { res.ReadBack = time.Since(readStart) - res.Restore }()
+		p.written, p.writtenPorts = nil, nil
 		if err := ensureBase(ipt); err != nil {
 			return err
 		}
@@ -309,20 +318,27 @@ func (p *Proxier) sync(ctx context.Context, res *SyncResult) error {
 		}
 		p.written = writtenFromSave(tables)
 	}
-	pl := diff(want, p.written)
+	pl := diff(want, p.written, p.writtenPorts)
 	if !pl.empty() {
-		if err := ipt.Restore(ctx, pl.payload(want)); err != nil {
+		restoreStart := time.Now()
+		err := ipt.Restore(ctx, pl.payload())
+		res.Restore = time.Since(restoreStart)
+		if err != nil {
 			// What the kernel holds is unknown now: read it back next time.
-			p.written = nil
+			p.written, p.writtenPorts = nil, nil
 			return err
 		}
 		res.Restores = 1
-		for _, k := range pl.Write {
-			p.written[k] = chainHash(want[k])
+		for _, w := range pl.Write {
+			p.written[w.Key] = w.Sum
 		}
 		for _, k := range pl.Delete {
 			delete(p.written, k)
 		}
+	}
+	p.writtenPorts = make(map[string]*portRules, len(want.ports))
+	for _, pr := range want.ports {
+		p.writtenPorts[pr.key] = pr
 	}
 	res.ChainsWritten, res.ChainsDeleted = len(pl.Write), len(pl.Delete)
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -27,25 +28,75 @@ type written map[chainKey]uint64
 
 // plan is one transaction: chains to (re)write and chains to delete.
 type plan struct {
-	Write  []chainKey
+	Write  []chainWrite
 	Delete []chainKey
+}
+
+type chainWrite struct {
+	Key   chainKey
+	Rules []string
+	Sum   uint64
 }
 
 func (p plan) empty() bool { return len(p.Write) == 0 && len(p.Delete) == 0 }
 
-// diff plans the transaction that turns have into want.
-func diff(want ruleSet, have written) plan {
+// diff plans the transaction that turns have into want. prev, when not
+// nil, is the port renderings that have is known to hold (the last
+// successful write): a port whose rendering is the very same object is
+// skipped without looking at its chains, which keeps a sync after one
+// change proportional to the change, not to the number of services.
+// With prev nil every chain is compared, and chains in have that nobody
+// wants are deleted.
+func diff(want rendered, have written, prev map[string]*portRules) plan {
 	var p plan
-	for _, k := range want.keys() {
-		if h, ok := have[k]; !ok || h != chainHash(want[k]) {
-			p.Write = append(p.Write, k)
+	for _, k := range baseChains {
+		if h, ok := have[k]; !ok || h != want.baseSums[k] {
+			p.Write = append(p.Write, chainWrite{k, want.base[k], want.baseSums[k]})
 		}
 	}
-	for k := range have {
-		if _, ok := want[k]; !ok {
-			p.Delete = append(p.Delete, k)
+	for _, pr := range want.ports {
+		if prev != nil && prev[pr.key] == pr {
+			continue
+		}
+		for i, k := range pr.own {
+			if h, ok := have[k]; !ok || h != pr.sums[i] {
+				p.Write = append(p.Write, chainWrite{k, pr.rules[k], pr.sums[i]})
+			}
 		}
 	}
+	if prev != nil {
+		cur := make(map[string]*portRules, len(want.ports))
+		for _, pr := range want.ports {
+			cur[pr.key] = pr
+		}
+		for key, old := range prev {
+			now := cur[key]
+			if now == old {
+				continue
+			}
+			for _, k := range old.own {
+				if _, ok := have[k]; ok && (now == nil || !slices.Contains(now.own, k)) {
+					p.Delete = append(p.Delete, k)
+				}
+			}
+		}
+	} else {
+		wanted := make(map[chainKey]bool, len(have))
+		for _, k := range baseChains {
+			wanted[k] = true
+		}
+		for _, pr := range want.ports {
+			for _, k := range pr.own {
+				wanted[k] = true
+			}
+		}
+		for k := range have {
+			if !wanted[k] {
+				p.Delete = append(p.Delete, k)
+			}
+		}
+	}
+	sort.Slice(p.Write, func(i, j int) bool { return lessKey(p.Write[i].Key, p.Write[j].Key) })
 	sortKeys(p.Delete)
 	return p
 }
@@ -65,16 +116,16 @@ func lessKey(a, b chainKey) bool {
 // creates it or flushes it, so a rewritten chain gets exactly its rules; a
 // chain to delete is declared (emptied) first and deleted after every rule
 // that could refer to it has been replaced, all in one commit per table.
-func (p plan) payload(want ruleSet) []byte {
+func (p plan) payload() []byte {
 	var b bytes.Buffer
 	for _, t := range []string{tableFilter, tableNAT} {
 		var decl, rules, del []string
-		for _, k := range p.Write {
-			if k.Table != t {
+		for _, w := range p.Write {
+			if w.Key.Table != t {
 				continue
 			}
-			decl = append(decl, ":"+k.Chain+" - [0:0]")
-			rules = append(rules, want[k]...)
+			decl = append(decl, ":"+w.Key.Chain+" - [0:0]")
+			rules = append(rules, w.Rules...)
 		}
 		for _, k := range p.Delete {
 			if k.Table != t {

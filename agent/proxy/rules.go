@@ -176,8 +176,71 @@ func reject(p corev1.Protocol) string {
 	return "-j REJECT --reject-with icmp-port-unreachable"
 }
 
+// sharedChains collect one or two lines from many service ports.
+var sharedChains = []chainKey{
+	{tableNAT, chainServices}, {tableNAT, chainNodePorts},
+	{tableFilter, chainServices}, {tableFilter, chainExternalServices},
+}
+
+func isShared(k chainKey) bool {
+	for _, s := range sharedChains {
+		if s == k {
+			return true
+		}
+	}
+	return false
+}
+
+// renderer renders rule sets, remembering each service port's rendering
+// (and the hashes of its chains) so that a sync after a small change only
+// renders the ports that changed.
+type renderer struct {
+	clusterCIDR string
+	cache       map[string]*portRules
+}
+
+// portRules is one service port's part of the rules. A portRules is never
+// modified after rendering: an unchanged port yields the same pointer.
+type portRules struct {
+	key, fp string
+	// own are the chains only this port writes, with their hashes.
+	own  []chainKey
+	sums []uint64
+	// rules holds the own chains and the port's lines of shared chains.
+	rules ruleSet
+}
+
+// rendered is a whole rule set: the base chains (those of baseChains,
+// shared by every port) complete, and each port's own chains.
+type rendered struct {
+	base     ruleSet
+	baseSums map[chainKey]uint64
+	ports    []*portRules
+}
+
+// all merges r into one ruleSet (tests, cleanup planning).
+func (r rendered) all() ruleSet {
+	rs := ruleSet{}
+	for k, v := range r.base {
+		rs[k] = v
+	}
+	for _, pr := range r.ports {
+		for _, k := range pr.own {
+			rs[k] = pr.rules[k]
+		}
+	}
+	return rs
+}
+
 // buildRules renders the whole rule set for the service ports.
 func buildRules(clusterCIDR string, ports []*servicePort) ruleSet {
+	r := renderer{clusterCIDR: clusterCIDR}
+	return r.render(ports).all()
+}
+
+// render renders the rules for ports, reusing the cached rendering of
+// every port whose fingerprint did not change.
+func (r *renderer) render(ports []*servicePort) rendered {
 	rs := ruleSet{}
 	for _, k := range baseChains {
 		rs.declare(k.Table, k.Chain)
@@ -191,62 +254,98 @@ func buildRules(clusterCIDR string, ports []*servicePort) ruleSet {
 	rs.add(tableFilter, chainForward, comment("flotilla forwarding rules")+" -m mark --mark "+masqMark+"/"+masqMark+" -j ACCEPT")
 	rs.add(tableFilter, chainForward, comment("flotilla forwarding conntrack rule")+" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")
 
+	out := rendered{base: rs, ports: make([]*portRules, 0, len(ports))}
+	next := make(map[string]*portRules, len(ports))
 	for _, sp := range ports {
-		name := sp.String()
-		clusterIP := sp.ClusterIP + "/32"
-		if len(sp.Cluster) == 0 {
-			why := name + " has no endpoints"
-			rs.add(tableFilter, chainServices, "-d "+clusterIP+" "+dport(sp.Protocol, comment(why), sp.Port)+" "+reject(sp.Protocol))
-			if sp.NodePort != 0 {
-				rs.add(tableFilter, chainExternalServices, dport(sp.Protocol, comment(why)+" -m addrtype --dst-type LOCAL", sp.NodePort)+" "+reject(sp.Protocol))
-			}
-			continue
+		fp := sp.fingerprint()
+		pr := r.cache[sp.key]
+		if pr == nil || pr.fp != fp {
+			pr = renderPort(r.clusterCIDR, sp)
+			pr.key, pr.fp = sp.key, fp
 		}
-		svc := svcChain(sp)
-		rs.add(tableNAT, chainServices, "-d "+clusterIP+" "+dport(sp.Protocol, comment(name+" cluster IP"), sp.Port)+" -j "+svc)
-		if clusterCIDR != "" {
-			// Off-pod-network clients (the device itself, other hosts)
-			// must see replies come from the node that translated.
-			rs.add(tableNAT, svc, "! -s "+clusterCIDR+" -d "+clusterIP+" "+dport(sp.Protocol, comment(name+" cluster IP"), sp.Port)+" -j "+chainMarkMasq)
-		} else {
-			rs.add(tableNAT, svc, "-d "+clusterIP+" "+dport(sp.Protocol, comment(name+" cluster IP"), sp.Port)+" -j "+chainMarkMasq)
-		}
-		writeBalance(rs, svc, sp, sp.Cluster)
-		for _, e := range sp.Cluster {
-			writeEndpoint(rs, sp, e)
-		}
-
-		if sp.NodePort == 0 {
-			continue
-		}
-		if !sp.LocalOnly {
-			rs.add(tableNAT, chainNodePorts, dport(sp.Protocol, comment(name), sp.NodePort)+" -j "+chainMarkMasq)
-			rs.add(tableNAT, chainNodePorts, dport(sp.Protocol, comment(name), sp.NodePort)+" -j "+svc)
-			continue
-		}
-		if len(sp.Local) == 0 {
-			// Local policy keeps the client's address, so it can only go
-			// to endpoints here; with none, the packet is dropped and the
-			// client's load balancer tries another device.
-			rs.add(tableFilter, chainExternalServices, dport(sp.Protocol, comment(name+" has no local endpoints")+" -m addrtype --dst-type LOCAL", sp.NodePort)+" -j DROP")
-			continue
-		}
-		xlb := xlbChain(sp)
-		rs.add(tableNAT, chainNodePorts, dport(sp.Protocol, comment(name), sp.NodePort)+" -j "+xlb)
-		if clusterCIDR != "" {
-			// Pods on this device may use any endpoint.
-			rs.add(tableNAT, xlb, "-s "+clusterCIDR+" "+comment("pod traffic for "+name+" external destinations")+" -j "+svc)
-		}
-		writeBalance(rs, xlb, sp, sp.Local)
-		for _, e := range sp.Local {
-			if !containsEndpoint(sp.Cluster, e) {
-				writeEndpoint(rs, sp, e)
+		next[sp.key] = pr
+		out.ports = append(out.ports, pr)
+		for _, k := range sharedChains {
+			if lines := pr.rules[k]; len(lines) > 0 {
+				rs[k] = append(rs[k], lines...)
 			}
 		}
 	}
+	r.cache = next
 	// Last, so that a ClusterIP never falls through to a NodePort.
 	rs.add(tableNAT, chainServices, comment("flotilla service nodeports; NOTE: this must be the last rule in this chain")+" -m addrtype --dst-type LOCAL -j "+chainNodePorts)
-	return rs
+	out.baseSums = make(map[chainKey]uint64, len(baseChains))
+	for _, k := range baseChains {
+		out.baseSums[k] = chainHash(rs[k])
+	}
+	return out
+}
+
+// renderPort renders one service port's chains and shared-chain lines.
+func renderPort(clusterCIDR string, sp *servicePort) *portRules {
+	rs := ruleSet{}
+	name := sp.String()
+	clusterIP := sp.ClusterIP + "/32"
+	finish := func() *portRules {
+		pr := &portRules{rules: rs}
+		for _, k := range rs.keys() {
+			if !isShared(k) {
+				pr.own = append(pr.own, k)
+				pr.sums = append(pr.sums, chainHash(rs[k]))
+			}
+		}
+		return pr
+	}
+	if len(sp.Cluster) == 0 {
+		why := name + " has no endpoints"
+		rs.add(tableFilter, chainServices, "-d "+clusterIP+" "+dport(sp.Protocol, comment(why), sp.Port)+" "+reject(sp.Protocol))
+		if sp.NodePort != 0 {
+			rs.add(tableFilter, chainExternalServices, dport(sp.Protocol, comment(why)+" -m addrtype --dst-type LOCAL", sp.NodePort)+" "+reject(sp.Protocol))
+		}
+		return finish()
+	}
+	svc := svcChain(sp)
+	rs.add(tableNAT, chainServices, "-d "+clusterIP+" "+dport(sp.Protocol, comment(name+" cluster IP"), sp.Port)+" -j "+svc)
+	if clusterCIDR != "" {
+		// Off-pod-network clients (the device itself, other hosts)
+		// must see replies come from the node that translated.
+		rs.add(tableNAT, svc, "! -s "+clusterCIDR+" -d "+clusterIP+" "+dport(sp.Protocol, comment(name+" cluster IP"), sp.Port)+" -j "+chainMarkMasq)
+	} else {
+		rs.add(tableNAT, svc, "-d "+clusterIP+" "+dport(sp.Protocol, comment(name+" cluster IP"), sp.Port)+" -j "+chainMarkMasq)
+	}
+	writeBalance(rs, svc, sp, sp.Cluster)
+	for _, e := range sp.Cluster {
+		writeEndpoint(rs, sp, e)
+	}
+
+	if sp.NodePort == 0 {
+		return finish()
+	}
+	if !sp.LocalOnly {
+		rs.add(tableNAT, chainNodePorts, dport(sp.Protocol, comment(name), sp.NodePort)+" -j "+chainMarkMasq)
+		rs.add(tableNAT, chainNodePorts, dport(sp.Protocol, comment(name), sp.NodePort)+" -j "+svc)
+		return finish()
+	}
+	if len(sp.Local) == 0 {
+		// Local policy keeps the client's address, so it can only go
+		// to endpoints here; with none, the packet is dropped and the
+		// client's load balancer tries another device.
+		rs.add(tableFilter, chainExternalServices, dport(sp.Protocol, comment(name+" has no local endpoints")+" -m addrtype --dst-type LOCAL", sp.NodePort)+" -j DROP")
+		return finish()
+	}
+	xlb := xlbChain(sp)
+	rs.add(tableNAT, chainNodePorts, dport(sp.Protocol, comment(name), sp.NodePort)+" -j "+xlb)
+	if clusterCIDR != "" {
+		// Pods on this device may use any endpoint.
+		rs.add(tableNAT, xlb, "-s "+clusterCIDR+" "+comment("pod traffic for "+name+" external destinations")+" -j "+svc)
+	}
+	writeBalance(rs, xlb, sp, sp.Local)
+	for _, e := range sp.Local {
+		if !containsEndpoint(sp.Cluster, e) {
+			writeEndpoint(rs, sp, e)
+		}
+	}
+	return finish()
 }
 
 func containsEndpoint(es []endpoint, e endpoint) bool {
