@@ -311,12 +311,20 @@ func TestLoop(t *testing.T) {
 		ps := pods()
 		return len(ps) == 3 && !slices.ContainsFunc(ps, func(p corev1.Pod) bool { return p.Name == victim })
 	})
-	cur, _ := e.client.AppsV1().ReplicaSets("default").Get(ctx, "web", metav1.GetOptions{})
-	cur.Spec.Replicas = ptr.To[int32](1)
-	if _, err := e.client.AppsV1().ReplicaSets("default").Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	// The fake clientset has no status subresource: a status write of the
+	// loop's cached copy can put the old spec back, so the scale is
+	// re-applied until it sticks (the hub keeps spec and status apart).
+	scale := func() {
+		cur, _ := e.client.AppsV1().ReplicaSets("default").Get(ctx, "web", metav1.GetOptions{})
+		if cur.Spec.Replicas != nil && *cur.Spec.Replicas == 1 {
+			return
+		}
+		cur.Spec.Replicas = ptr.To[int32](1)
+		if _, err := e.client.AppsV1().ReplicaSets("default").Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	waitFor(t, "scale-down to 1", func() bool { return len(pods()) == 1 })
+	waitFor(t, "scale-down to 1", func() bool { scale(); return len(pods()) == 1 })
 	waitFor(t, "status replicas 1", func() bool {
 		cur, _ := e.client.AppsV1().ReplicaSets("default").Get(ctx, "web", metav1.GetOptions{})
 		return cur.Status.Replicas == 1
