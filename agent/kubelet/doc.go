@@ -23,7 +23,9 @@
 //   - sandbox: runtime.CreateSandbox, then CNI Setup in the device's
 //     network namespace (with hostPort mappings) and SetSandboxIP;
 //   - volumes (package volumes), kept current on every sync;
-//   - init containers in order, each to completion, then app containers;
+//   - init containers in order, each to completion (a sidecar, with
+//     restartPolicy Always, only until it has started, and it then runs
+//     beside the app), then app containers;
 //     for each: pull by digest with pull Events and ImagePullBackOff, the
 //     env and argv (package envvars), mounts, resources, securityContext,
 //     create, start, postStart;

@@ -177,13 +177,17 @@ func (k *Kubelet) PodCounts() PodCounts {
 func (k *Kubelet) housekeeping(ctx context.Context) {
 	t := time.NewTicker(k.cfg.HousekeepingInterval)
 	defer t.Stop()
-	for {
+	for tick := 0; ; tick++ {
 		if k.sources.synced() {
 			if !k.synced {
 				k.synced = true
 				k.log.Info("pod sources synced", "desired", len(k.sources.list()))
 			}
-			k.findOrphans(ctx)
+			// Sandboxes and pod directories are cheap to list; container
+			// records (which alone remain of a pod deleted while the
+			// device was rebooting) cost containerd calls, so they are
+			// looked at every fifth round.
+			k.findOrphans(ctx, tick%5 == 0)
 		}
 		select {
 		case <-ctx.Done():
@@ -193,16 +197,18 @@ func (k *Kubelet) housekeeping(ctx context.Context) {
 	}
 }
 
-func (k *Kubelet) findOrphans(ctx context.Context) {
+func (k *Kubelet) findOrphans(ctx context.Context, containers bool) {
 	desired := k.sources.list()
 	seen := map[types.UID]bool{}
-	if cs, err := k.rt.ListContainers(ctx, runtime.ListFilter{}); err == nil {
-		for _, c := range cs {
-			seen[types.UID(c.Pod.UID)] = true
-			k.rememberContainer(c.ID, types.UID(c.Pod.UID))
+	if containers {
+		if cs, err := k.rt.ListContainers(ctx, runtime.ListFilter{}); err == nil {
+			for _, c := range cs {
+				seen[types.UID(c.Pod.UID)] = true
+				k.rememberContainer(c.ID, types.UID(c.Pod.UID))
+			}
+		} else {
+			k.log.Warn("list containers", "err", err)
 		}
-	} else {
-		k.log.Warn("list containers", "err", err)
 	}
 	if sbs, err := k.rt.ListSandboxes(ctx); err == nil {
 		for _, sb := range sbs {
