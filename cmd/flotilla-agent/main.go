@@ -62,7 +62,7 @@ Run it with "flotilla-agent run" (or, as the kubelet, with flags only).`,
 		}
 		return runAgent(cmd)
 	}
-	root.AddCommand(run, newVersion())
+	root.AddCommand(run, newVersion(), newCleanup())
 	return root
 }
 
