@@ -94,10 +94,13 @@ func DefaultConfList(c Config) ([]byte, error) {
 		generatedKey: true,
 		"plugins": []any{
 			map[string]any{
-				"type":        "bridge",
-				"bridge":      c.BridgeName,
-				"isGateway":   true,
-				"ipMasq":      true,
+				"type":      "bridge",
+				"bridge":    c.BridgeName,
+				"isGateway": true,
+				// No masquerade here: traffic between devices keeps the
+				// pod's address (host-gateway routes carry it), and
+				// agent/routes masquerades only what leaves the pod network.
+				"ipMasq":      false,
 				"hairpinMode": true,
 				"ipam": map[string]any{
 					"type":    "host-local",

@@ -22,7 +22,7 @@ func TestDefaultConfList(t *testing.T) {
 	if l.Name != "flotilla" || len(l.Plugins) != 2 || l.Plugins[0].Network.Type != "bridge" || l.Plugins[1].Network.Type != "portmap" {
 		t.Fatalf("conflist = %s", b)
 	}
-	for _, want := range []string{`"bridge": "flotilla0"`, `"subnet": "10.42.3.0/24"`, `"isGateway": true`, `"ipMasq": true`, `"portMappings": true`, `"dataDir": "/tmp/ipam"`, `"type": "host-local"`} {
+	for _, want := range []string{`"bridge": "flotilla0"`, `"subnet": "10.42.3.0/24"`, `"isGateway": true`, `"ipMasq": false`, `"portMappings": true`, `"dataDir": "/tmp/ipam"`, `"type": "host-local"`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("conflist lacks %s", want)
 		}

@@ -138,8 +138,8 @@ func TestSetupTeardownInPrivateHost(t *testing.T) {
 	}
 
 	rules := h.natRules(t)
-	if !strings.Contains(rules, "--dport 18080") || len(podChains(rules)) < 2 {
-		t.Fatalf("hostPort DNAT or the pod's masquerade chain missing:\n%s", rules)
+	if !strings.Contains(rules, "--dport 18080") || len(podChains(rules)) < 1 {
+		t.Fatalf("hostPort DNAT chain missing:\n%s", rules)
 	}
 	lease := filepath.Join(h.dataDir, "flotilla", ip.String())
 	if _, err := os.Stat(lease); err != nil {
