@@ -22,12 +22,13 @@ import (
 
 	gitopsbench "flotilla.dev/flotilla/bench/gitops"
 	"flotilla.dev/flotilla/bench/hubapi"
+	proxybench "flotilla.dev/flotilla/bench/proxy"
 	"flotilla.dev/flotilla/bench/rollout"
 	schedulerbench "flotilla.dev/flotilla/bench/scheduler"
 )
 
 func main() {
-	only := flag.String("only", "", "comma-separated figures to run (api,fanout,rollout,gitops,scheduler); empty runs all")
+	only := flag.String("only", "", "comma-separated figures to run (api,fanout,rollout,gitops,scheduler,proxy); empty runs all")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -106,6 +107,15 @@ func main() {
 			report(name+" (with binding)", err2)
 			if err == nil && err2 == nil {
 				fmt.Printf("%-44s %8.0f pods/s end to end, %.0f pods/s placement alone  (target ≥ 1,000 pods/s at 5,000)\n", name, e2e, algo)
+			}
+		}
+	}
+	if want("proxy") {
+		r, err := proxybench.Run(ctx, proxybench.Options{})
+		report("service proxy", err)
+		if err == nil {
+			for _, l := range r.Lines() {
+				fmt.Println(l)
 			}
 		}
 	}
