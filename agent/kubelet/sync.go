@@ -137,36 +137,11 @@ func sidecars(pod *corev1.Pod) []corev1.Container {
 	return out
 }
 
-// listContainers reads the pod's containers from the runtime. A container
-// read as unknown (its task gone without an exit record) shortly after it
-// started is read again a few times: the runtime's exit recorder (its
-// containerd event watcher) deletes the task before it labels the exit,
-// and a read in between sees neither; restarting a container that in fact
-// completed would run it twice.
+// listContainers reads the pod's containers from the runtime.
 func (k *Kubelet) listContainers(ctx context.Context, uid types.UID) ([]*runtime.Container, error) {
 	cs, err := k.rt.ListContainers(ctx, runtime.ListFilter{PodUID: string(uid)})
 	if err != nil {
 		return nil, fmt.Errorf("list containers of pod %s: %w", uid, err)
-	}
-	for i, c := range cs {
-		if c.Status.State != runtime.StateUnknown || time.Since(c.Status.StartedAt) > time.Minute {
-			continue
-		}
-		for try := 0; try < 10; try++ {
-			fresh, err := k.rt.ContainerStatus(ctx, c.ID)
-			if err != nil {
-				break
-			}
-			cs[i] = fresh
-			if fresh.Status.State != runtime.StateUnknown {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
 	}
 	return cs, nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -384,54 +385,66 @@ func (r *Runtime) ListContainers(ctx context.Context, f ListFilter) ([]*Containe
 }
 
 // status reads the state; a stopped task is recorded and deleted.
+//
+// info may be older than the task it is compared with: another caller
+// (the event watcher, a StopContainer) can record the exit and delete the
+// task between the two reads. recordExit writes the exit labels before it
+// deletes the task, so a task found missing is answered from a fresh read
+// of the labels, which then has the exit whenever one was recorded.
 func (r *Runtime) status(ctx context.Context, c containerd.Container, info containers.Container) (Status, error) {
 	if st, ok := recorded(info.Labels); ok {
 		return st, nil
 	}
-	started := parseTime(info.Labels[labelStartedAt])
 	task, err := c.Task(ctx, nil)
+	if err == nil {
+		var ts containerd.Status
+		ts, err = task.Status(ctx)
+		if err == nil {
+			switch ts.Status {
+			case containerd.Stopped:
+				return r.recordExit(ctx, c, task, ts)
+			case containerd.Created:
+				return Status{State: StateCreated}, nil
+			default:
+				return Status{State: StateRunning, Pid: task.Pid(), StartedAt: parseTime(info.Labels[labelStartedAt])}, nil
+			}
+		}
+	}
+	if !errdefs.IsNotFound(err) {
+		return Status{}, fmt.Errorf("status of container %s: %w", c.ID(), err)
+	}
+	fresh, err := c.Info(ctx)
 	if errdefs.IsNotFound(err) {
-		if started.IsZero() {
-			return Status{State: StateCreated}, nil
-		}
-		return Status{State: StateUnknown, ExitCode: 137, StartedAt: started, Reason: "ContainerStatusUnknown"}, nil
+		return Status{}, fmt.Errorf("container %s: %w", c.ID(), ErrNotFound)
 	}
 	if err != nil {
 		return Status{}, fmt.Errorf("status of container %s: %w", c.ID(), err)
 	}
-	ts, err := task.Status(ctx)
-	if err != nil {
-		if errdefs.IsNotFound(err) {
-			return r.status(ctx, c, r.reload(ctx, c, info))
-		}
-		return Status{}, fmt.Errorf("status of container %s: %w", c.ID(), err)
+	if st, ok := recorded(fresh.Labels); ok {
+		return st, nil
 	}
-	switch ts.Status {
-	case containerd.Stopped:
-		return r.recordExit(ctx, c, task)
-	case containerd.Created:
+	started := parseTime(fresh.Labels[labelStartedAt])
+	if started.IsZero() {
 		return Status{State: StateCreated}, nil
-	default:
-		return Status{State: StateRunning, Pid: task.Pid(), StartedAt: started}, nil
 	}
+	return Status{State: StateUnknown, ExitCode: 137, StartedAt: started, Reason: "ContainerStatusUnknown"}, nil
 }
 
-func (r *Runtime) reload(ctx context.Context, c containerd.Container, info containers.Container) containers.Container {
-	if fresh, err := c.Info(ctx); err == nil {
-		return fresh
-	}
-	return info
-}
-
-// recordExit saves an exited task's outcome on the container and deletes
-// the task. The OOM verdict is read from the memory cgroup, which exists
-// until the task is deleted.
-func (r *Runtime) recordExit(ctx context.Context, c containerd.Container, task containerd.Task) (Status, error) {
+// recordExit saves an exited task's outcome on the container, then
+// deletes the task. The order matters twice: a reader that finds the task
+// gone must find the exit labels (see status), and an agent that dies
+// between the two steps leaves a recorded exit behind, not a lost one.
+// The OOM verdict is read from the memory cgroup, which exists until the
+// task is deleted.
+func (r *Runtime) recordExit(ctx context.Context, c containerd.Container, task containerd.Task, ts containerd.Status) (Status, error) {
 	r.reapMu.Lock()
 	defer r.reapMu.Unlock()
 	info, err := c.Info(ctx)
+	if errdefs.IsNotFound(err) {
+		return Status{}, fmt.Errorf("container %s: %w", c.ID(), ErrNotFound)
+	}
 	if err != nil {
-		return Status{}, err
+		return Status{}, fmt.Errorf("record exit of %s: %w", c.ID(), err)
 	}
 	if st, ok := recorded(info.Labels); ok {
 		return st, nil // another caller got here first
@@ -440,31 +453,27 @@ func (r *Runtime) recordExit(ctx context.Context, c containerd.Container, task c
 	if spec, err := c.Spec(ctx); err == nil && spec.Linux != nil && oomKilled(spec.Linux.CgroupsPath) {
 		oom = true
 	}
-	es, err := task.Delete(ctx)
-	if err != nil && !errdefs.IsNotFound(err) {
-		return Status{}, fmt.Errorf("delete exited task of %s: %w", c.ID(), err)
-	}
-	code, finished := int32(137), time.Now().UTC()
-	if es != nil {
-		code = int32(es.ExitCode())
-		if t := es.ExitTime(); !t.IsZero() {
-			finished = t.UTC()
-		}
+	finished := ts.ExitTime.UTC()
+	if ts.ExitTime.IsZero() {
+		finished = time.Now().UTC()
 	}
 	labels := map[string]string{
-		labelExitCode:   strconv.Itoa(int(code)),
+		labelExitCode:   strconv.FormatUint(uint64(ts.ExitStatus), 10),
 		labelFinishedAt: finished.Format(time.RFC3339Nano),
 	}
 	if oom {
 		labels[labelOOMKilled] = "true"
 	}
-	if _, err := c.SetLabels(ctx, labels); err != nil {
+	all, err := c.SetLabels(ctx, labels)
+	if err != nil {
 		return Status{}, fmt.Errorf("record exit of %s: %w", c.ID(), err)
 	}
-	for k, v := range labels {
-		info.Labels[k] = v
+	if _, err := task.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
+		// The exit is recorded; the stopped task goes with the container
+		// (RemoveContainer deletes any task).
+		slog.Warn("delete exited task", "container", c.ID(), "err", err)
 	}
-	st, _ := recorded(info.Labels)
+	st, _ := recorded(all)
 	return st, nil
 }
 

@@ -457,3 +457,106 @@ func TestAdoptionAfterRestartAndExitEvents(t *testing.T) {
 		t.Fatalf("list = %+v", all)
 	}
 }
+
+// TestStatusDuringExitsIsNeverUnknown reads containers from several
+// goroutines while they exit and the event watcher records the exits. A
+// reader must never see a finished container as unknown (a task gone with
+// no exit recorded): the kubelet would restart it, running a completed
+// init container twice.
+func TestStatusDuringExitsIsNeverUnknown(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	sb := e.sandbox(t, "exits")
+
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		e.rt.Watch(wctx, nil)
+	}()
+	defer func() { cancel(); wg.Wait() }()
+
+	const rounds, perRound, readers = 3, 6, 4
+	for round := 0; round < rounds; round++ {
+		var ids []string
+		for i := 0; i < perRound; i++ {
+			c := e.run(t, sb, fmt.Sprintf("done-%d", i), func(c *ContainerConfig) {
+				c.Attempt = uint32(round)
+				c.Env = append(c.Env, fmt.Sprintf("LISTEN=:%d", 9100+i), fmt.Sprintf("CRASH_AFTER=%dms", 200+20*i), "EXIT_CODE=0")
+			})
+			ids = append(ids, c.ID)
+		}
+		var (
+			mu      sync.Mutex
+			unknown []string
+			rerr    error
+		)
+		allExited := func(cs []*Container) bool {
+			for _, c := range cs {
+				if c.Status.State != StateExited {
+					return false
+				}
+			}
+			return len(cs) > 0
+		}
+		note := func(c *Container, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && rerr == nil {
+				rerr = err
+			}
+			if c != nil && c.Status.State == StateUnknown {
+				unknown = append(unknown, fmt.Sprintf("%s %+v", c.Name, c.Status))
+			}
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		var rg sync.WaitGroup
+		for r := 0; r < readers; r++ {
+			rg.Add(1)
+			go func() {
+				defer rg.Done()
+				for time.Now().Before(deadline) {
+					var seen []*Container
+					if r%2 == 0 {
+						for _, id := range ids {
+							c, err := e.rt.ContainerStatus(ctx, id)
+							note(c, err)
+							if c != nil {
+								seen = append(seen, c)
+							}
+						}
+					} else {
+						cs, err := e.rt.ListContainers(ctx, ListFilter{PodUID: sb.Pod.UID})
+						note(nil, err)
+						for _, c := range cs {
+							note(c, nil)
+							if c.Attempt == uint32(round) {
+								seen = append(seen, c)
+							}
+						}
+					}
+					if len(seen) == perRound && allExited(seen) {
+						return
+					}
+				}
+			}()
+		}
+		rg.Wait()
+		if rerr != nil {
+			t.Fatalf("round %d: read status: %v", round, rerr)
+		}
+		if len(unknown) > 0 {
+			t.Fatalf("round %d: exited containers read as unknown %d times, e.g. %s", round, len(unknown), unknown[0])
+		}
+		for _, id := range ids {
+			c, err := e.rt.ContainerStatus(ctx, id)
+			if err != nil || c.Status.State != StateExited || c.Status.ExitCode != 0 || c.Status.Reason != "Completed" || c.Status.FinishedAt.IsZero() {
+				t.Fatalf("round %d: %s = %+v, %v; want exited with 0 (Completed)", round, id, c, err)
+			}
+			if err := e.rt.RemoveContainer(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
