@@ -4,6 +4,7 @@
 package testbin
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,3 +51,40 @@ func moduleRoot() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
+
+var (
+	dirOnce sync.Once
+	dirPath string
+	dirErr  error
+)
+
+// Dir returns a directory holding every command of the project
+// (flotilla-hub, flotilla-agent, flotilla-logger, flotctl): $FLOTILLA_BIN
+// when the Makefile built them, otherwise one `go build ./cmd/...` per
+// test process.
+func Dir(t testing.TB) string {
+	t.Helper()
+	if dir := os.Getenv("FLOTILLA_BIN"); dir != "" {
+		if _, err := os.Stat(filepath.Join(dir, "flotilla-agent")); err == nil {
+			return dir
+		}
+	}
+	dirOnce.Do(func() {
+		dirPath, dirErr = os.MkdirTemp("", "flotilla-bin-")
+		if dirErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", dirPath+"/", "./cmd/...")
+		cmd.Dir = moduleRoot()
+		if b, err := cmd.CombinedOutput(); err != nil {
+			dirErr = fmt.Errorf("building the commands: %v\n%s", err, b)
+		}
+	})
+	if dirErr != nil {
+		t.Fatal(dirErr)
+	}
+	return dirPath
+}
+
+// ModuleRoot is the repository's top directory.
+func ModuleRoot() string { return moduleRoot() }
