@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,13 +20,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"flotilla.dev/flotilla/agent/cni"
+	"flotilla.dev/flotilla/agent/dns"
 	"flotilla.dev/flotilla/agent/kubelet"
 	"flotilla.dev/flotilla/agent/node"
 	"flotilla.dev/flotilla/agent/proxy"
+	"flotilla.dev/flotilla/agent/routes"
 	"flotilla.dev/flotilla/agent/runtime"
 	"flotilla.dev/flotilla/agent/server"
 	"flotilla.dev/flotilla/internal/version"
@@ -239,16 +243,24 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// One set of informers for the proxy, the routes and the DNS server.
+	shared := informers.NewSharedInformerFactory(client, 0)
 	px, err := proxy.New(proxy.Config{
-		NodeName: a.cfg.NodeName, NodeIP: a.cfg.NodeIP, Client: client, NetNSPath: a.cfg.NetNSPath,
+		NodeName: a.cfg.NodeName, NodeIP: a.cfg.NodeIP, Informers: shared, NetNSPath: a.cfg.NetNSPath,
 		Log: a.log.With("component", "proxy"),
+	})
+	if err != nil {
+		return err
+	}
+	router, err := routes.New(routes.Config{
+		NodeName: a.cfg.NodeName, Informers: shared, NetNSPath: a.cfg.NetNSPath, Log: a.log.With("component", "routes"),
 	})
 	if err != nil {
 		return err
 	}
 
 	var wg sync.WaitGroup
-	errc := make(chan error, 4)
+	errc := make(chan error, 5)
 	run := func(name string, f func(context.Context) error) {
 		wg.Add(1)
 		go func() {
@@ -261,7 +273,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	run("agent server", srv.Run)
 	run("node", nd.Run)
 	run("service proxy", px.Run)
-	run("pods", func(ctx context.Context) error { return a.runPods(ctx, client, nd, rt, puller) })
+	run("pod routes", router.Run)
+	run("pods", func(ctx context.Context) error { return a.runPods(ctx, client, shared, nd, rt, puller) })
 	a.log.Info("agent started", "version", version.Version, "runtime", runtimeVersion, "server", srv.Addr().String())
 
 	select {
@@ -312,10 +325,10 @@ func (a *Agent) ready(ctx context.Context) error {
 }
 
 // runPods sets up the pod network and runs the kubelet.
-func (a *Agent) runPods(ctx context.Context, client kubernetes.Interface, nd *node.Node, rt *runtime.Runtime, puller *registry.Puller) error {
+func (a *Agent) runPods(ctx context.Context, client kubernetes.Interface, shared informers.SharedInformerFactory, nd *node.Node, rt *runtime.Runtime, puller *registry.Puller) error {
 	cidrPath := filepath.Join(a.cfg.DataDir, podCIDRFile)
 	cidr := readCIDR(cidrPath)
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	if cidr == "" {
 		a.log.Info("waiting for the hub to assign a pod CIDR")
 		var err error
@@ -342,6 +355,28 @@ func (a *Agent) runPods(ctx context.Context, client kubernetes.Interface, nd *no
 	if err != nil {
 		return fmt.Errorf("pod network: %w", err)
 	}
+	// The cluster DNS server listens on the pod bridge's address (the
+	// pod CIDR's first host, the bridge plugin's gateway), where every pod
+	// reaches it.
+	gw, err := gatewayOf(cidr)
+	if err != nil {
+		return err
+	}
+	svcs, slices := shared.Core().V1().Services(), shared.Discovery().V1().EndpointSlices()
+	dnsSrv, err := dns.New(dns.Config{
+		Listen: gw, Services: svcs.Lister(), EndpointSlices: slices.Lister(), NetNSPath: a.cfg.NetNSPath,
+		HasSynced: func() bool { return svcs.Informer().HasSynced() && slices.Informer().HasSynced() },
+		Log:       a.log,
+	})
+	if err != nil {
+		return fmt.Errorf("cluster DNS: %w", err)
+	}
+	shared.Start(ctx.Done())
+	go func() {
+		if err := dnsSrv.Run(ctx); err != nil && ctx.Err() == nil {
+			errc <- fmt.Errorf("cluster DNS: %w", err)
+		}
+	}()
 	a.networkReady.Store(true)
 	a.log.Info("pod network configured", "podCIDR", cidr, "conf", network.ConfFile())
 	var hostIPs []string
@@ -350,13 +385,22 @@ func (a *Agent) runPods(ctx context.Context, client kubernetes.Interface, nd *no
 	}
 	k, err := kubelet.New(kubelet.Config{
 		NodeName: a.cfg.NodeName, Client: client, Runtime: rt, Network: network, Puller: puller,
-		HostIPs: hostIPs, RootDir: filepath.Join(a.cfg.DataDir, "pods"), NetNSPath: a.cfg.NetNSPath, Log: a.log,
+		HostIPs: hostIPs, ClusterDNS: []string{gw}, RootDir: filepath.Join(a.cfg.DataDir, "pods"), NetNSPath: a.cfg.NetNSPath, Log: a.log,
 	})
 	if err != nil {
 		return err
 	}
 	go func() { errc <- k.Run(ctx) }()
 	return <-errc
+}
+
+// gatewayOf is the first host address of a pod CIDR.
+func gatewayOf(cidr string) (string, error) {
+	p, err := netip.ParsePrefix(cidr)
+	if err != nil || !p.Addr().Is4() {
+		return "", fmt.Errorf("%w: pod CIDR %q is not an IPv4 CIDR", ErrConfig, cidr)
+	}
+	return p.Masked().Addr().Next().String(), nil
 }
 
 func readCIDR(path string) string {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	mdns "github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -99,6 +100,9 @@ func TestAgentEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { podns.Remove(hostNS) })
+	if out, err := exec.Command("nsenter", "--net="+hostNS, "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		t.Fatalf("lo up: %v\n%s", err, out)
+	}
 	h := hubtest.Start(t)
 	b := make([]byte, 3)
 	rand.Read(b)
@@ -178,6 +182,40 @@ func TestAgentEndToEnd(t *testing.T) {
 	// The service proxy programs the device's namespace.
 	waitFor(t, "the service proxy's chains", 60*time.Second, func() bool {
 		return exec.Command("nsenter", "--net="+hostNS, "iptables", "-t", "nat", "-S", "FLOTILLA-SERVICES").Run() == nil
+	})
+
+	// The routes' egress chain is there too, and the cluster DNS server
+	// answers for a Service on the pod bridge's address.
+	if out, err := exec.Command("nsenter", "--net="+hostNS, "iptables", "-t", "nat", "-S", "FLOTILLA-EGRESS").CombinedOutput(); err != nil {
+		t.Errorf("pod routes' egress chain: %v\n%s", err, out)
+	}
+	svc, err := c.CoreV1().Services("default").Create(bg, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{{Port: 80}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bridge, and so its address, appears with the first pod on the
+	// pod network; this test runs host-network pods only, so the address
+	// goes on lo for the query to have somewhere to go.
+	if out, err := exec.Command("nsenter", "--net="+hostNS, "ip", "addr", "add", "10.88.7.1/32", "dev", "lo").CombinedOutput(); err != nil {
+		t.Fatalf("adding the bridge address: %v\n%s", err, out)
+	}
+	waitFor(t, "the cluster DNS answer for web.default", 60*time.Second, func() bool {
+		var got string
+		podns.Do(hostNS, func() error {
+			m := new(mdns.Msg)
+			m.SetQuestion("web.default.svc.cluster.local.", mdns.TypeA)
+			r, _, err := (&mdns.Client{Timeout: time.Second}).Exchange(m, "10.88.7.1:53")
+			if err == nil && len(r.Answer) == 1 {
+				if a, ok := r.Answer[0].(*mdns.A); ok {
+					got = a.A.String()
+				}
+			}
+			return nil
+		})
+		return got != "" && got == svc.Spec.ClusterIP
 	})
 
 	// A pod runs and its log reaches kubectl's API through the hub.

@@ -1,8 +1,9 @@
 // Package agent assembles the device agent, as hub.Hub does for the hub:
 // it obtains the hub credentials (Credentials), connects to containerd,
 // and builds and runs the node (registration, status, lease), the HTTPS
-// server on :10250 (logs for the hub), the CNI network and the kubelet,
-// owning their lifetimes: Run starts them in order and stops them all when
+// server on :10250 (logs for the hub), the service proxy, the pod routes
+// between devices, the CNI network, the cluster DNS server and the
+// kubelet, owning their lifetimes: Run starts them in order and stops them all when
 // its context ends or one of them fails.
 //
 // # Order of start
@@ -13,11 +14,14 @@
 //  2. containerd, waited for with backoff (it may start after the agent at
 //     boot), and its version for the Node's nodeInfo.
 //  3. The agent server (so the Node can publish its port and certificate
-//     pin), then the node loops.
+//     pin), then the node loops, the service proxy and the pod routes
+//     (sharing one set of informers with the DNS server).
 //  4. The pod network once the pod CIDR is known: from the data dir's
 //     pod-cidr file when the agent has run before (so a device that boots
 //     without its hub still runs its pods), else from the hub's
-//     Node.spec.podCIDR. Then the kubelet.
+//     Node.spec.podCIDR. Then the cluster DNS server on the pod bridge's
+//     address (the CIDR's first host), which pods get as their
+//     nameserver, and the kubelet.
 //
 // The Node reports Ready=False (with the reason) until the network is
 // configured, and whenever containerd stops answering.
