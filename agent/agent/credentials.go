@@ -4,10 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"syscall"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"flotilla.dev/flotilla/agent/join"
 )
 
 // KubeconfigCredentials reads the hub client config from a kubeconfig
@@ -33,4 +38,61 @@ func KubeconfigCredentials(path, hubURL string) Credentials {
 		cfg.UserAgent = "flotilla-agent"
 		return cfg, nil
 	}
+}
+
+// JoinCredentials joins the fleet with a token the first time (the key is
+// made on the device and never leaves it) and afterwards uses the identity
+// kept in the data dir, so a device that boots without its hub still has
+// it. The certificate is renewed online, at 70% of its lifetime, for as
+// long as ctx lives. A hub that cannot be reached at the first join is
+// retried; a refusal (bad, expired or used-up token, a name joined with
+// another key, a CA that does not match the pinned hash) is final.
+func JoinCredentials(cfg join.Config) Credentials {
+	return func(ctx context.Context) (*rest.Config, error) {
+		if cfg.Hub == "" {
+			return nil, fmt.Errorf("%w: no hub URL (--hub)", ErrConfig)
+		}
+		backoff := time.Second
+		for {
+			id, err := join.Join(ctx, cfg)
+			if err == nil {
+				go func() {
+					if err := id.Run(ctx, cfg.Hub); err != nil && cfg.Log != nil {
+						cfg.Log.Error("certificate renewal stopped", "err", err)
+					}
+				}()
+				// Files rather than the identity's own transport: client-go
+				// reloads a rotated certificate file by itself, and the CA
+				// stays visible to the agent, which trusts only the hub.
+				return &rest.Config{
+					Host: cfg.Hub,
+					TLSClientConfig: rest.TLSClientConfig{
+						CAData: id.CAPEM(), CertFile: id.CertFile(), KeyFile: id.CertFile(),
+					},
+					QPS: 50, Burst: 100, UserAgent: "flotilla-agent",
+				}, nil
+			}
+			var refused *join.RefusedError
+			if errors.As(err, &refused) || errors.Is(err, join.ErrCAHashMismatch) || !retryableJoinError(err) {
+				return nil, err
+			}
+			if cfg.Log != nil {
+				cfg.Log.Warn("joining the hub failed; retrying", "hub", cfg.Hub, "retryIn", backoff, "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Minute)
+		}
+	}
+}
+
+// retryableJoinError is true for failures to reach the hub, which a device
+// waits out, as opposed to configuration mistakes.
+func retryableJoinError(err error) bool {
+	var ne net.Error
+	var oe *net.OpError
+	return errors.As(err, &ne) || errors.As(err, &oe) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
 }

@@ -18,6 +18,7 @@ import (
 
 	"flotilla.dev/flotilla/agent/agent"
 	"flotilla.dev/flotilla/agent/cni"
+	"flotilla.dev/flotilla/agent/join"
 	"flotilla.dev/flotilla/agent/node"
 	"flotilla.dev/flotilla/agent/runtime"
 	"flotilla.dev/flotilla/agent/server"
@@ -175,12 +176,22 @@ func agentConfig(v *viper.Viper) (agent.Config, error) {
 	switch {
 	case kubeconfig != "":
 		cfg.Credentials = agent.KubeconfigCredentials(kubeconfig, v.GetString("hub"))
-	case token != "":
-		return cfg, errors.New("joining with --token is not available in this build yet: give --kubeconfig with credentials issued by the hub")
+	case token != "" || hasIdentity(cfg.DataDir):
+		cfg.Credentials = agent.JoinCredentials(join.Config{
+			Hub: v.GetString("hub"), Token: token, CAHash: v.GetString("ca-hash"),
+			NodeName: cfg.NodeName, DataDir: cfg.DataDir, Log: slog.Default(),
+		})
 	default:
-		return cfg, errors.New("no hub credentials: give --kubeconfig (a kubeconfig issued by the hub)")
+		return cfg, errors.New("no hub credentials: join with --hub, --token and --ca-hash (from `flotilla-hub token create`), or give --kubeconfig")
 	}
 	return cfg, nil
+}
+
+// hasIdentity is true when the device joined before: its identity in the
+// data dir is all it needs, also while the hub is away.
+func hasIdentity(dataDir string) bool {
+	_, err := join.Load(dataDir)
+	return err == nil
 }
 
 // labelsOf accepts "k=v,k2=v2" (flag, environment) or a map (config file).

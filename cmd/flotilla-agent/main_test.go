@@ -54,6 +54,7 @@ cni-bin-dir: [/opt/cni/bin]
 registries:
   hosts:
     registry.local:5000: {plainHTTP: true}
+    10.99.0.1:5055: {plainHTTP: true}
 `), 0o644)
 	got, err := load(t, file)
 	if err != nil {
@@ -62,6 +63,7 @@ registries:
 	for k, want := range map[string]string{
 		"node": "dev-7", "data": "/srv/agent", "ns": "flotilla", "label:site": "berlin", "label:line": "3",
 		"listen": ":10250", "bins": "/opt/cni/bin", "logs": "/var/log/flotilla/pods", "plain:registry.local:5000": "true",
+		"plain:10.99.0.1:5055": "true",
 	} {
 		if got[k] != want {
 			t.Errorf("%s = %q, want %q (all: %v)", k, got[k], want, got)
@@ -95,7 +97,6 @@ func TestConfigErrors(t *testing.T) {
 		"unknown key":    {bad, nil, `unknown key "node-nmae"`},
 		"missing file":   {filepath.Join(dir, "nope.yaml"), nil, "nope.yaml"},
 		"no credentials": {"", nil, "give --kubeconfig"},
-		"token":          {"", []string{"--token", "abc.def"}, "--token is not available"},
 		"bad labels":     {"", []string{"--kubeconfig", "/x", "--labels", "novalue"}, "not key=value"},
 	} {
 		_, err := load(t, tc.file, tc.args...)
