@@ -1,0 +1,383 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+
+	"flotilla.dev/flotilla/internal/testbin"
+	"flotilla.dev/flotilla/test/testimage"
+)
+
+// fleet is a running fleet of devices made by scripts/demo.sh.
+type fleet struct {
+	t        *testing.T
+	dir      string
+	prefix   string
+	net      string
+	registry *testimage.Registry
+	cs       kubernetes.Interface
+	devices  int
+}
+
+func requireTools(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("fleet tests need root (network namespaces, containerd, iptables)")
+	}
+	for _, tool := range []string{"ip", "iptables", "docker-registry", "git", "curl", "containerd"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("fleet tests need %s (scripts/install-deps.sh installs it): %v", tool, err)
+		}
+	}
+	if _, err := os.Stat("/run/containerd/containerd.sock"); err != nil {
+		t.Skipf("fleet tests need containerd running: %v", err)
+	}
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startFleet brings up a hub and devices with the demo script, and takes
+// it all down at the end of the test.
+func startFleet(t *testing.T, devices int) *fleet {
+	requireTools(t)
+	f := &fleet{t: t, dir: filepath.Join(t.TempDir(), "fleet"), prefix: "flote2e", net: "10.98.0", devices: devices}
+	port := freePort(t)
+	env := append(os.Environ(),
+		"FLOTDEMO_DIR="+f.dir, "FLOTDEMO_PREFIX="+f.prefix, "FLOTDEMO_NET="+f.net,
+		fmt.Sprintf("FLOTDEMO_REGISTRY_PORT=%d", port), fmt.Sprintf("DEVICES=%d", devices),
+		"FLOTILLA_BIN="+testbin.Dir(t), "NO_COLOR=1")
+	script := filepath.Join(testbin.ModuleRoot(), "scripts", "demo.sh")
+	down := func() {
+		cmd := exec.Command("bash", script, "down")
+		cmd.Env = env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Logf("demo.sh down: %v\n%s", err, out)
+		}
+	}
+	t.Cleanup(down)
+	cmd := exec.Command("bash", script, "up")
+	cmd.Env = env
+	cmd.Dir = testbin.ModuleRoot()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		for _, log := range []string{"hub.log", "dev1.log", "dev2.log", "dev3.log"} {
+			if b, err := os.ReadFile(filepath.Join(f.dir, log)); err == nil {
+				t.Logf("--- %s (last 4 KiB)\n%s", log, tail(b, 4096))
+			}
+		}
+		t.Fatalf("bringing up the fleet: %v\n%s", err, out.String())
+	}
+	t.Logf("fleet up:\n%s", tail(out.Bytes(), 2048))
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(f.dir, "hub", "admin.kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.cs = kubernetes.NewForConfigOrDie(cfg)
+	f.registry = &testimage.Registry{Host: fmt.Sprintf("%s.1:%d", f.net, port)}
+	return f
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// inDevice runs a command in device i's network namespace.
+func (f *fleet) inDevice(i int, args ...string) (string, error) {
+	cmd := exec.Command("ip", append([]string{"netns", "exec", fmt.Sprintf("%s-dev%d", f.prefix, i)}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func (f *fleet) image(name, source string) string {
+	img, err := testimage.BuildImage(f.registry, name, source, testimage.Options{ExposedPorts: []string{"8080/tcp"}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return img.Ref
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var lastErr error
+	for time.Now().Before(deadline) {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		lastErr = err
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %v waiting for %s (last error: %v)", timeout, what, lastErr)
+}
+
+// echoDeployment is the seeds' zero-downtime pattern around the test app.
+func echoDeployment(image string, replicas int32, version string) *appsv1.Deployment {
+	labels := map[string]string{"app": "echo"}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
+				MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(0))}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr.To[int64](30),
+					Containers: []corev1.Container{{
+						Name: "echo", Image: image,
+						Env:   []corev1.EnvVar{{Name: "VERSION", Value: version}, {Name: "DRAIN_DELAY", Value: "1s"}},
+						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("http")}},
+							PeriodSeconds: 1, FailureThreshold: 1},
+						Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/testapp", "sleep", "5s"}}}},
+					}},
+				},
+			},
+		},
+	}
+}
+
+func (f *fleet) podsOf(ctx context.Context, ns, selector string) []corev1.Pod {
+	l, err := f.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return l.Items
+}
+
+func ready(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// runClient runs the e2e client as a pod on device node and returns its
+// summary, read through the hub's pods/log.
+func (f *fleet) runClient(ctx context.Context, name, node string, args ...string) clientSummary {
+	f.t.Helper()
+	img := f.image("e2e-client", filepath.Join(testbin.ModuleRoot(), "test", "e2e", "client"))
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			NodeSelector:  map[string]string{"kubernetes.io/hostname": node},
+			Containers:    []corev1.Container{{Name: "client", Image: img, Args: args}},
+		},
+	}
+	if _, err := f.cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+	var phase corev1.PodPhase
+	waitFor(f.t, "client pod "+name+" to finish", 5*time.Minute, func() (bool, error) {
+		p, err := f.cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		phase = p.Status.Phase
+		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, nil
+	})
+	logs, err := f.cs.CoreV1().Pods("default").GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		f.t.Fatalf("logs of %s through the hub: %v", name, err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(logs)), "\n")
+	var s clientSummary
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil {
+		f.t.Fatalf("client %s (phase %s) printed no summary: %v\n%s", name, phase, err, logs)
+	}
+	return s
+}
+
+type clientSummary struct {
+	OK       int                       `json:"ok"`
+	Failed   int                       `json:"failed"`
+	Errors   []string                  `json:"errors"`
+	Backends map[string]map[string]int `json:"backends"`
+}
+
+// TestFleetServiceNetworking is issue 6's multi-device test: a service with
+// backends on two devices, reached from a pod on the third by ClusterIP and
+// by DNS name; a NodePort from outside the devices; a service without
+// endpoints refusing at once; readiness loss leaving every device's rules;
+// and a rollout without a single failed request.
+func TestFleetServiceNetworking(t *testing.T) {
+	f := startFleet(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+
+	// The demo's own service already answered through the ClusterIP from a
+	// device (the script checks it). Now the test app, on two devices.
+	image := f.image("testapp", testimage.AppPackage)
+	if _, err := f.cs.AppsV1().Deployments("default").Create(ctx, echoDeployment(image, 2, "1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := f.cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "echo"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "echo"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var backends []corev1.Pod
+	waitFor(t, "2 ready echo pods on 2 devices", 3*time.Minute, func() (bool, error) {
+		backends = nil
+		nodes := map[string]bool{}
+		for _, p := range f.podsOf(ctx, "default", "app=echo") {
+			if ready(&p) {
+				backends = append(backends, p)
+				nodes[p.Spec.NodeName] = true
+			}
+		}
+		return len(backends) == 2 && len(nodes) == 2, nil
+	})
+	third := ""
+	for i := 1; i <= 3; i++ {
+		n := fmt.Sprintf("dev%d", i)
+		if n != backends[0].Spec.NodeName && n != backends[1].Spec.NodeName {
+			third = n
+		}
+	}
+	t.Logf("backends on %s and %s; client on %s", backends[0].Spec.NodeName, backends[1].Spec.NodeName, third)
+
+	urlIP := "http://" + svc.Spec.ClusterIP + "/"
+	urlDNS := "http://echo.default.svc.cluster.local/"
+	s := f.runClient(ctx, "client-reach", third, "-urls", urlIP+","+urlDNS, "-n", "40", "-interval", "10ms")
+	if s.Failed > 0 {
+		t.Errorf("%d requests failed from %s: %v", s.Failed, third, s.Errors)
+	}
+	for _, u := range []string{urlIP, urlDNS} {
+		if len(s.Backends[u]) != 2 {
+			t.Errorf("%s reached backends %v from %s, want both", u, s.Backends[u], third)
+		}
+	}
+
+	// NodePort, from outside every device (the host's own namespace).
+	nodePort := svc.Spec.Ports[0].NodePort
+	out, err := exec.Command("curl", "-fsS", "--max-time", "3", fmt.Sprintf("http://%s.11:%d/", f.net, nodePort)).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "hostname") {
+		t.Errorf("NodePort %d from outside: %v %s", nodePort, err, out)
+	}
+
+	// A service without endpoints refuses at once (curl exit 7), rather
+	// than black-holing (exit 28, timeout).
+	empty, err := f.cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "nothing"},
+		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "nothing"}, Ports: []corev1.ServicePort{{Port: 80}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a refused connection to a service without endpoints", time.Minute, func() (bool, error) {
+		_, err := f.inDevice(1, "curl", "-sS", "--max-time", "3", "http://"+empty.Spec.ClusterIP+"/")
+		var ee *exec.ExitError
+		if err == nil {
+			return false, fmt.Errorf("it answered")
+		}
+		if asExit(err, &ee) && ee.ExitCode() == 7 {
+			return true, nil
+		}
+		return false, err
+	})
+
+	// Readiness lost: the endpoint leaves the rules of every device.
+	victim := backends[0]
+	if out, err := f.inDevice(1, "curl", "-fsS", "-X", "POST", "--max-time", "3", "http://"+victim.Status.PodIP+":8080/fail/readiness?on=true"); err != nil {
+		t.Fatalf("failing readiness of %s: %v %s", victim.Name, err, out)
+	}
+	start := time.Now()
+	for i := 1; i <= 3; i++ {
+		waitFor(t, fmt.Sprintf("dev%d's rules to drop %s", i, victim.Status.PodIP), time.Minute, func() (bool, error) {
+			out, err := f.inDevice(i, "iptables-save", "-t", "nat")
+			return err == nil && !strings.Contains(out, "--to-destination "+victim.Status.PodIP+":"), err
+		})
+		t.Logf("figure: dev%d dropped the unready endpoint %v after readiness failed (probe period 1s)", i, time.Since(start).Round(10*time.Millisecond))
+	}
+	if out, err := f.inDevice(1, "curl", "-fsS", "-X", "POST", "--max-time", "3", "http://"+victim.Status.PodIP+":8080/fail/readiness?on=false"); err != nil {
+		t.Fatalf("restoring readiness: %v %s", err, out)
+	}
+	waitFor(t, "the endpoint back", time.Minute, func() (bool, error) {
+		p, err := f.cs.CoreV1().Pods("default").Get(ctx, victim.Name, metav1.GetOptions{})
+		return err == nil && ready(p), err
+	})
+
+	// Zero-downtime rollout: a client on the third device sends requests
+	// through the ClusterIP the whole time.
+	done := make(chan clientSummary, 1)
+	go func() {
+		done <- f.runClient(ctx, "client-rollout", third, "-urls", urlIP, "-duration", "75s", "-interval", "20ms")
+	}()
+	waitFor(t, "the rollout client to run", 2*time.Minute, func() (bool, error) {
+		p, err := f.cs.CoreV1().Pods("default").Get(ctx, "client-rollout", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning, err
+	})
+	time.Sleep(3 * time.Second)
+	d, err := f.cs.AppsV1().Deployments("default").Get(ctx, "echo", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Spec.Template.Spec.Containers[0].Env[0].Value = "2"
+	if _, err := f.cs.AppsV1().Deployments("default").Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the rollout to finish", 3*time.Minute, func() (bool, error) {
+		d, err := f.cs.AppsV1().Deployments("default").Get(ctx, "echo", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas == 2 && d.Status.AvailableReplicas == 2 && d.Status.Replicas == 2, nil
+	})
+	s = <-done
+	t.Logf("figure: rollout under load: %d requests answered, %d failed", s.OK, s.Failed)
+	if s.Failed > 0 {
+		t.Errorf("%d requests failed during the rollout: %v", s.Failed, s.Errors)
+	}
+	if s.OK == 0 {
+		t.Error("the rollout client got no answer at all")
+	}
+	if err := f.cs.CoreV1().Pods("default").Delete(ctx, "client-rollout", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Error(err)
+	}
+}
+
+func asExit(err error, target **exec.ExitError) bool {
+	e, ok := err.(*exec.ExitError)
+	if ok {
+		*target = e
+	}
+	return ok
+}
