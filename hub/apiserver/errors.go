@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"strconv"
 
@@ -84,4 +83,3 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error, r
 	writeJSON(w, int(st.Code), &st)
 }
 
-var _ = slog.Default

@@ -1,7 +1,6 @@
 package apiserver
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,8 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	kjson "sigs.k8s.io/json"
-
-	"flotilla.dev/flotilla/api"
 )
 
 func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, ri *requestInfo) {
@@ -363,8 +360,3 @@ func deleteOptions(r *http.Request) (*metav1.DeleteOptions, error) {
 	}
 	return opts, nil
 }
-
-// waitCtx bounds internal waits by the request.
-func waitCtx(ctx context.Context) context.Context { return ctx }
-
-var _ = api.MaxObjectSize
