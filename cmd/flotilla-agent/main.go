@@ -17,10 +17,8 @@ import (
 	"github.com/spf13/viper"
 
 	"flotilla.dev/flotilla/agent/agent"
-	"flotilla.dev/flotilla/agent/cni"
 	"flotilla.dev/flotilla/agent/join"
 	"flotilla.dev/flotilla/agent/node"
-	"flotilla.dev/flotilla/agent/runtime"
 	"flotilla.dev/flotilla/agent/server"
 	"flotilla.dev/flotilla/internal/config"
 	"flotilla.dev/flotilla/internal/version"
@@ -96,21 +94,15 @@ also be a map, and registries configures registry hosts:
 	}
 	hostname, _ := os.Hostname()
 	f := cmd.Flags()
-	f.String("config", DefaultConfigFile, "config file (YAML; keys are the flag names; empty for none)")
+	addDeviceFlags(f) // config, data-dir, containerd-*, cni-*, log-dir
 	f.String("hub", "", "URL of the hub's API (overrides the kubeconfig's server)")
 	f.String("token", "", "join token from 'flotilla-hub token create'")
 	f.String("ca-hash", "", "sha256:HASH of the hub's CA, pinned when joining with --token")
 	f.String("kubeconfig", "", "kubeconfig with the agent's credentials for the hub")
 	f.String("node-name", strings.ToLower(hostname), "name of this device's Node")
-	f.String("data-dir", agent.DefaultDataDir, "directory for the agent's state (pki/, pods/, pod-cidr)")
-	f.String("containerd-address", runtime.DefaultSocket, "containerd's socket")
-	f.String("containerd-namespace", runtime.DefaultNamespace, "containerd namespace of the agent's images and containers")
 	f.String("labels", "", "labels of the Node: k=v,k2=v2")
 	f.String("node-ip", "", "address the hub reaches this device on (default: the default route's)")
 	f.String("server-listen", server.DefaultListen, "HTTPS address of the agent server (logs for the hub)")
-	f.String("cni-conf-dir", cni.DefaultConfDir, "CNI network configuration directory")
-	f.StringSlice("cni-bin-dir", cni.DefaultBinDirs, "CNI plugin directories, searched in order")
-	f.String("log-dir", runtime.DefaultLogDir, "directory of container logs")
 	f.Int("max-pods", node.DefaultMaxPods, "pods this device runs at most")
 	f.String("log-level", "info", "debug, info, warn or error")
 	// registries is a config-file key only (a map); declared so that the
