@@ -1,0 +1,233 @@
+package agentbench
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"flotilla.dev/flotilla/agent/runtime/podns"
+	"flotilla.dev/flotilla/agent/server"
+)
+
+// Memory is the agent process's memory at one point.
+type Memory struct {
+	// RSS is the median VmRSS over the samples; Peak is VmHWM at the end.
+	RSS, Peak int64
+	// Anon and File split the last sample's RSS: the heap, stacks and
+	// runtime structures, and the binary's pages mapped from disk.
+	Anon, File int64
+	// WorkingSet is what the agent touched during the sampling window
+	// (the pages whose referenced bit got set again after it was
+	// cleared), split the same way: resident pages outside it were
+	// touched once (at start, mostly) and are clean file pages the kernel
+	// drops first under memory pressure, or idle heap.
+	WorkingSetAnon, WorkingSetFile int64
+	// The Go runtime's view, from the agent's /metrics at the end:
+	// HeapInuse (live objects and fragmentation), HeapIdle minus
+	// HeapReleased (freed heap the runtime keeps), StackInuse, and Sys
+	// (everything the runtime obtained from the OS).
+	HeapInuse, HeapRetained, StackInuse, GoSys int64
+	Goroutines                                 int
+	Pods                                       int
+}
+
+// procStatus reads the kB fields of /proc/PID/status.
+func procStatus(pid int) (map[string]int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]int64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		fs := strings.Fields(v)
+		if len(fs) == 2 && fs[1] == "kB" {
+			n, _ := strconv.ParseInt(fs[0], 10, 64)
+			out[k] = n << 10
+		}
+	}
+	return out, sc.Err()
+}
+
+// referenced sums the Referenced lines of /proc/PID/smaps, for mappings
+// of a file and the others.
+func referenced(pid int) (anon, file int64, err error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	fileBacked := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		switch {
+		case len(fs) >= 5 && strings.Contains(fs[0], "-") && !strings.HasSuffix(fs[0], ":"):
+			// A mapping's header: range perms offset dev inode [path].
+			fileBacked = len(fs) >= 6 && strings.HasPrefix(fs[5], "/")
+		case len(fs) == 3 && fs[0] == "Referenced:":
+			n, _ := strconv.ParseInt(fs[1], 10, 64)
+			if fileBacked {
+				file += n << 10
+			} else {
+				anon += n << 10
+			}
+		}
+	}
+	return anon, file, sc.Err()
+}
+
+// checkAgentPID makes sure pid is flotilla-agent itself (nsenter execs
+// it in place), not a wrapper or a shim.
+func checkAgentPID(pid int) error {
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return err
+	}
+	if !strings.HasSuffix(exe, "/flotilla-agent") {
+		return fmt.Errorf("process %d is %s, not flotilla-agent", pid, exe)
+	}
+	return nil
+}
+
+// measureMemory samples the agent's VmRSS every interval, n times, then
+// reads its Go metrics.
+func (b *bench) measureMemory(ctx context.Context, n int, interval time.Duration, pods int) (Memory, error) {
+	pid := b.agent.pid()
+	if err := checkAgentPID(pid); err != nil {
+		return Memory{}, err
+	}
+	// Clearing the referenced bits changes nothing resident; smaps tells
+	// afterwards which pages were used again.
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("1"), 0); err != nil {
+		return Memory{}, fmt.Errorf("clearing the agent's referenced bits: %w", err)
+	}
+	var (
+		rss  []int64
+		last map[string]int64
+		err  error
+	)
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return Memory{}, ctx.Err()
+			case <-time.After(interval):
+			}
+		}
+		if last, err = procStatus(pid); err != nil {
+			return Memory{}, fmt.Errorf("reading the agent's memory: %w", err)
+		}
+		rss = append(rss, last["VmRSS"])
+	}
+	sort.Slice(rss, func(i, j int) bool { return rss[i] < rss[j] })
+	m := Memory{RSS: rss[len(rss)/2], Peak: last["VmHWM"], Anon: last["RssAnon"], File: last["RssFile"] + last["RssShmem"], Pods: pods}
+	if m.WorkingSetAnon, m.WorkingSetFile, err = referenced(pid); err != nil {
+		return m, fmt.Errorf("reading the agent's working set: %w", err)
+	}
+	metrics, err := b.agentMetrics(ctx)
+	if err != nil {
+		return m, fmt.Errorf("the agent's /metrics: %w", err)
+	}
+	m.HeapInuse = int64(metrics["go_memstats_heap_inuse_bytes"])
+	m.HeapRetained = int64(metrics["go_memstats_heap_idle_bytes"] - metrics["go_memstats_heap_released_bytes"])
+	m.StackInuse = int64(metrics["go_memstats_stack_inuse_bytes"])
+	m.GoSys = int64(metrics["go_memstats_sys_bytes"])
+	m.Goroutines = int(metrics["go_goroutines"])
+	return m, nil
+}
+
+// agentMetrics reads the agent server's /metrics as the hub would: with
+// the hub's admin certificate, checking the agent's certificate against
+// the pin its Node publishes, over the device's loopback.
+func (b *bench) agentMetrics(ctx context.Context) (map[string]float64, error) {
+	node, err := b.client.CoreV1().Nodes().Get(ctx, b.node, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	port := node.Status.DaemonEndpoints.KubeletEndpoint.Port
+	pin := node.Annotations[server.AnnotationServingCertHash]
+	if port == 0 || pin == "" {
+		return nil, fmt.Errorf("node %s publishes no agent server port or certificate pin", b.node)
+	}
+	certPEM, keyPEM := b.hub.PKI().AdminCredentials()
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	tr := &http.Transport{
+		TLSClientConfig: &tls.Config{
+			MinVersion:   tls.VersionTLS13,
+			Certificates: []tls.Certificate{cert},
+			// Self-signed: checked against the pin instead of a chain.
+			InsecureSkipVerify: true,
+			VerifyConnection: func(cs tls.ConnectionState) error {
+				if len(cs.PeerCertificates) == 0 {
+					return errors.New("the agent presented no certificate")
+				}
+				sum := sha256.Sum256(cs.PeerCertificates[0].Raw)
+				if got := "sha256:" + hex.EncodeToString(sum[:]); got != pin {
+					return fmt.Errorf("the agent's certificate is %s, its node publishes %s", got, pin)
+				}
+				return nil
+			},
+		},
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := podns.Do(b.netns, func() error {
+				var err error
+				c, err = (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+	}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/metrics", port), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' || strings.Contains(line, "{") {
+			continue
+		}
+		name, val, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		if v, err := strconv.ParseFloat(strings.Fields(val)[0], 64); err == nil {
+			out[name] = v
+		}
+	}
+	return out, sc.Err()
+}
