@@ -53,9 +53,11 @@ down() {
       stop_pidfile "$DEMO/dev$i.pid"
     fi
     if ip netns list 2>/dev/null | grep -qw "$PREFIX-dev$i"; then
-      # The agent's cleanup removes its pods and its iptables rules.
-      ip netns exec "$PREFIX-dev$i" "$BIN/flotilla-agent" cleanup --containerd-namespace "$PREFIX-dev$i" \
-        --data-dir "$DEMO/dev$i" >/dev/null 2>&1 || true
+      # The agent's cleanup removes its pods, their networks, its
+      # containerd namespace and its iptables rules.
+      nsenter --net="/run/netns/$PREFIX-dev$i" "$BIN/flotilla-agent" cleanup --pods --config= \
+        --containerd-namespace "$PREFIX-dev$i" --data-dir "$DEMO/dev$i" --cni-conf-dir "$DEMO/dev$i/cni" \
+        | sed 's/^/    /' || echo "    cleanup of dev$i reported errors (above)"
       ip netns delete "$PREFIX-dev$i" 2>/dev/null || true
     fi
     ip link delete "${PREFIX:0:4}v${i}h" 2>/dev/null || true
