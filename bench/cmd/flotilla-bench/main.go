@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	agentbench "flotilla.dev/flotilla/bench/agent"
 	gitopsbench "flotilla.dev/flotilla/bench/gitops"
 	"flotilla.dev/flotilla/bench/hubapi"
 	proxybench "flotilla.dev/flotilla/bench/proxy"
@@ -28,7 +29,7 @@ import (
 )
 
 func main() {
-	only := flag.String("only", "", "comma-separated figures to run (api,fanout,rollout,gitops,scheduler,proxy); empty runs all")
+	only := flag.String("only", "", "comma-separated figures to run (api,fanout,rollout,gitops,scheduler,proxy,agent); empty runs all")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -113,6 +114,15 @@ func main() {
 	if want("proxy") {
 		r, err := proxybench.Run(ctx, proxybench.Options{})
 		report("service proxy", err)
+		if err == nil {
+			for _, l := range r.Lines() {
+				fmt.Println(l)
+			}
+		}
+	}
+	if want("agent") {
+		r, err := agentbench.Run(ctx, agentbench.Options{})
+		report("agent", err)
 		if err == nil {
 			for _, l := range r.Lines() {
 				fmt.Println(l)
