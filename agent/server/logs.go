@@ -498,19 +498,28 @@ func (fl *follower) follow(ctx context.Context, lw *logWriter, ref LogRef, curp 
 			if _, err := lw.copyLines(io.NewSectionReader(cur, pos, 1<<62)); err != nil {
 				return err
 			}
-			// Several rotations between two polls: the files rotated
-			// after ours come next.
-			for _, p := range rotatedSince(ref.Path, st) {
-				if err := copyFile(lw, p); err != nil {
-					return err
-				}
-			}
+			// Open the new file first, then the files rotated between ours
+			// and it (several rotations can happen between two polls):
+			// what is open can be renamed again without being lost.
 			nf, err := os.Open(ref.Path)
 			if err != nil {
 				if errors.Is(err, os.ErrNotExist) {
 					continue
 				}
 				return err
+			}
+			between, err := rotatedBetween(ref.Path, st, nf)
+			if err != nil {
+				nf.Close()
+				return err
+			}
+			for _, f := range between {
+				_, err := lw.copyLines(f)
+				f.Close()
+				if err != nil {
+					nf.Close()
+					return err
+				}
 			}
 			cur.Close()
 			cur, pos, idle = nf, 0, 0
@@ -529,36 +538,61 @@ func (fl *follower) follow(ctx context.Context, lw *logWriter, ref LogRef, curp 
 	}
 }
 
-// rotatedSince lists, oldest first, the rotated files of path newer than
-// the file ours (all of them when ours is gone).
-func rotatedSince(path string, ours os.FileInfo) []string {
-	var rotated []string // newest first
-	for i := 1; ; i++ {
-		p := path + "." + strconv.Itoa(i)
-		st, err := os.Stat(p)
-		if err != nil {
-			break
-		}
-		if os.SameFile(st, ours) {
-			break
-		}
-		rotated = append(rotated, p)
-	}
-	slices.Reverse(rotated)
-	return rotated
-}
-
-func copyFile(lw *logWriter, path string) error {
-	f, err := os.Open(path)
+// rotatedBetween opens, oldest first, the rotated files of path that are
+// newer than ours and older than next (all of them when ours is gone). The
+// writer may rotate while they are listed, shifting every name by one; a
+// listing is used only when every file opened is the one that was listed.
+func rotatedBetween(path string, ours os.FileInfo, next *os.File) ([]*os.File, error) {
+	nst, err := next.Stat()
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		return err
+		return nil, err
 	}
-	defer f.Close()
-	_, err = lw.copyLines(f)
-	return err
+	closeAll := func(fs []*os.File) {
+		for _, f := range fs {
+			f.Close()
+		}
+	}
+	for attempt := 0; attempt < 10; attempt++ {
+		var files []*os.File // newest first
+		stable := true
+		for i := 1; ; i++ {
+			p := path + "." + strconv.Itoa(i)
+			f, err := os.Open(p)
+			if err != nil {
+				break
+			}
+			st, err := f.Stat()
+			if err != nil {
+				f.Close()
+				stable = false
+				break
+			}
+			if os.SameFile(st, ours) {
+				f.Close()
+				break
+			}
+			if os.SameFile(st, nst) {
+				// next was rotated already: only older files count.
+				f.Close()
+				closeAll(files)
+				files = nil
+				continue
+			}
+			if lst, err := os.Stat(p); err != nil || !os.SameFile(lst, st) {
+				// Renamed while we opened it: list again.
+				f.Close()
+				stable = false
+				break
+			}
+			files = append(files, f)
+		}
+		if stable {
+			slices.Reverse(files)
+			return files, nil
+		}
+		closeAll(files)
+	}
+	return nil, fmt.Errorf("following %s: the log rotated too fast to follow", path)
 }
 
 // done says whether the attempt will write no more: a newer attempt has
