@@ -397,17 +397,35 @@ func isFullLine(f *os.File, hdr []byte, off int64) (bool, error) {
 // reached, or done says the attempt will write no more.
 func readLogs(ctx context.Context, w io.Writer, ref LogRef, opts LogOptions, follow *follower) error {
 	lw := &logWriter{w: w, opts: opts}
+	// The file being written is opened first: the writer may rotate while
+	// the older files are read, and a follow must go on from this file,
+	// not from whatever has its name by then.
+	cur, err := openCurrent(ctx, ref.Path)
+	if err != nil {
+		return err
+	}
+	defer func() { cur.Close() }()
+	cst, err := cur.Stat()
+	if err != nil {
+		return err
+	}
 	files := ref.files()
+	last := len(files) - 1
+	for i, p := range files {
+		if st, err := os.Stat(p); err == nil && os.SameFile(st, cst) {
+			// Rotated already: newer files are read by the follow.
+			last = i
+			break
+		}
+	}
+	files = files[:last+1]
 	first, off := 0, int64(0)
 	if opts.TailLines >= 0 {
-		var err error
 		if first, off, err = tailStart(files, opts.TailLines); err != nil {
 			return err
 		}
 	}
-	var cur *os.File
-	var pos int64
-	for i := first; i < len(files); i++ {
+	for i := first; i < last; i++ {
 		f, err := os.Open(files[i])
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
@@ -419,21 +437,21 @@ func readLogs(ctx context.Context, w io.Writer, ref LogRef, opts LogOptions, fol
 		if i == first {
 			start = off
 		}
-		n, err := lw.copyLines(io.NewSectionReader(f, start, 1<<62))
+		_, err = lw.copyLines(io.NewSectionReader(f, start, 1<<62))
+		f.Close()
 		if err != nil {
-			f.Close()
 			return ignoreLimit(err)
 		}
-		if i < len(files)-1 {
-			f.Close()
-			continue
-		}
-		cur, pos = f, start+n
 	}
-	if cur == nil {
-		return nil
+	pos := int64(0)
+	if first == last {
+		pos = off
 	}
-	defer func() { cur.Close() }()
+	n, err := lw.copyLines(io.NewSectionReader(cur, pos, 1<<62))
+	if err != nil {
+		return ignoreLimit(err)
+	}
+	pos += n
 	if !opts.Follow || follow == nil {
 		return nil
 	}
@@ -445,6 +463,22 @@ func ignoreLimit(err error) error {
 		return nil
 	}
 	return err
+}
+
+// openCurrent opens the log file at path, waiting out the instant of a
+// rotation in which it does not exist.
+func openCurrent(ctx context.Context, path string) (*os.File, error) {
+	for i := 0; ; i++ {
+		f, err := os.Open(path)
+		if err == nil || !errors.Is(err, os.ErrNotExist) || i == 50 {
+			return f, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
 }
 
 // follower follows a growing log file by polling: rotation is a rename
