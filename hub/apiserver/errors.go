@@ -82,4 +82,3 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error, r
 	}
 	writeJSON(w, int(st.Code), &st)
 }
-

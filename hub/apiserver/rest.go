@@ -157,31 +157,41 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, ri *requestI
 	return s.writeList(w, r, ri.Resource, objs, rev)
 }
 
+// readObject decodes the object a create or update sends, under the
+// request's field validation, and says whether the request is a dry run.
+func readObject(w http.ResponseWriter, r *http.Request, ri *requestInfo) (runtime.Object, bool, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return nil, false, err
+	}
+	fv, err := parseFieldValidation(r)
+	if err != nil {
+		return nil, false, err
+	}
+	dry, err := isDryRun(r)
+	if err != nil {
+		return nil, false, err
+	}
+	data, err := bodyToJSON(r, body)
+	if err != nil {
+		return nil, false, err
+	}
+	obj, warnings, err := decodeBody(ri.Resource, data, fv)
+	if err != nil {
+		return nil, false, err
+	}
+	addWarnings(w, warnings)
+	return obj, dry, nil
+}
+
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, ri *requestInfo) error {
 	if ri.Name != "" {
 		return methodNotAllowed(ri.Resource, "POST to a named object")
 	}
-	body, err := readBody(r)
+	obj, dry, err := readObject(w, r, ri)
 	if err != nil {
 		return err
 	}
-	fv, err := parseFieldValidation(r)
-	if err != nil {
-		return err
-	}
-	dry, err := isDryRun(r)
-	if err != nil {
-		return err
-	}
-	data, err := bodyToJSON(r, body)
-	if err != nil {
-		return err
-	}
-	obj, warnings, err := decodeBody(ri.Resource, data, fv)
-	if err != nil {
-		return err
-	}
-	addWarnings(w, warnings)
 	m, _ := meta.Accessor(obj)
 	if ri.Resource.Namespaced {
 		switch {
@@ -204,27 +214,10 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, ri *reques
 }
 
 func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request, ri *requestInfo) error {
-	body, err := readBody(r)
+	obj, dry, err := readObject(w, r, ri)
 	if err != nil {
 		return err
 	}
-	fv, err := parseFieldValidation(r)
-	if err != nil {
-		return err
-	}
-	dry, err := isDryRun(r)
-	if err != nil {
-		return err
-	}
-	data, err := bodyToJSON(r, body)
-	if err != nil {
-		return err
-	}
-	obj, warnings, err := decodeBody(ri.Resource, data, fv)
-	if err != nil {
-		return err
-	}
-	addWarnings(w, warnings)
 	m, _ := meta.Accessor(obj)
 	if m.GetName() != ri.Name {
 		return badRequest("the name of the object (%s) does not match the name on the URL (%s)", m.GetName(), ri.Name)
