@@ -286,9 +286,16 @@ func TestFleetServiceNetworking(t *testing.T) {
 		}
 	}
 
+	// The same log through flotctl, as a person would read it.
+	out, err := exec.Command(filepath.Join(testbin.Dir(t), "flotctl"), "--kubeconfig", filepath.Join(f.dir, "hub", "admin.kubeconfig"),
+		"logs", "client-reach", "--tail", "1").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"failed":0`) {
+		t.Errorf("flotctl logs client-reach: %v\n%s", err, out)
+	}
+
 	// NodePort, from outside every device (the host's own namespace).
 	nodePort := svc.Spec.Ports[0].NodePort
-	out, err := exec.Command("curl", "-fsS", "--max-time", "3", fmt.Sprintf("http://%s.11:%d/", f.net, nodePort)).CombinedOutput()
+	out, err = exec.Command("curl", "-fsS", "--max-time", "3", fmt.Sprintf("http://%s.11:%d/", f.net, nodePort)).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "hostname") {
 		t.Errorf("NodePort %d from outside: %v %s", nodePort, err, out)
 	}
