@@ -1,4 +1,3 @@
-// flotctl watches and steers a Flotilla fleet from the command line.
 package main
 
 import (
