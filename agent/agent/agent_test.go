@@ -89,7 +89,7 @@ func TestAgentEndToEnd(t *testing.T) {
 	image := testimage.App(t)
 	dir := t.TempDir()
 	logger := filepath.Join(dir, runtime.LoggerBinary)
-	build := exec.Command("go", "build", "-o", logger, "flotilla.dev/flotilla/agent/runtime/logdriver/cmd/flotilla-logger")
+	build := exec.Command("go", "build", "-o", logger, "flotilla.dev/flotilla/cmd/flotilla-logger")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building flotilla-logger: %v\n%s", err, out)

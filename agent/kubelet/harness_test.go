@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 		}
 		defer os.RemoveAll(dir)
 		loggerPath = filepath.Join(dir, runtime.LoggerBinary)
-		cmd := exec.Command("go", "build", "-o", loggerPath, "flotilla.dev/flotilla/agent/runtime/logdriver/cmd/flotilla-logger")
+		cmd := exec.Command("go", "build", "-o", loggerPath, "flotilla.dev/flotilla/cmd/flotilla-logger")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "build flotilla-logger: %v: %s\n", err, out)

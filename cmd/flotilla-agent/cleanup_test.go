@@ -175,7 +175,7 @@ func inNS(t *testing.T, ns string, argv ...string) string {
 func buildLogger(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), runtime.LoggerBinary)
-	cmd := exec.Command("go", "build", "-o", path, "flotilla.dev/flotilla/agent/runtime/logdriver/cmd/flotilla-logger")
+	cmd := exec.Command("go", "build", "-o", path, "flotilla.dev/flotilla/cmd/flotilla-logger")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build flotilla-logger: %v: %s", err, out)
