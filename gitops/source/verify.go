@@ -51,7 +51,7 @@ func ParseTrustedKeys(data map[string][]byte) (*TrustedKeys, error) {
 		for len(bytes.TrimSpace(rest)) > 0 {
 			pub, _, _, r, err := ssh.ParseAuthorizedKey(rest)
 			if err != nil {
-				return nil, fmt.Errorf("key %q of the verification Secret is neither an armored GPG public key nor SSH authorized_keys lines: %v", n, err)
+				return nil, fmt.Errorf("key %q of the verification Secret is neither an armored GPG public key nor SSH authorized_keys lines: %w", n, err)
 			}
 			k.ssh = append(k.ssh, pub)
 			rest = r
