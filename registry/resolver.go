@@ -82,7 +82,7 @@ func parseEndpoint(s string) (endpoint, error) {
 	}
 	u, err := url.Parse(s)
 	if err != nil {
-		return endpoint{}, fmt.Errorf("%q is not a URL: %v", raw, err)
+		return endpoint{}, fmt.Errorf("%q is not a URL: %w", raw, err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return endpoint{}, fmt.Errorf("%q: scheme must be http or https", raw)

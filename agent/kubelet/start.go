@@ -240,7 +240,7 @@ func (k *Kubelet) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev
 		}
 		src, err := volumes.SubPath(vol.Path, sub)
 		if err != nil {
-			return runtime.ContainerConfig{}, fmt.Errorf("failed to prepare subPath for volumeMount %q of container %q: %v", vm.Name, c.Name, err)
+			return runtime.ContainerConfig{}, fmt.Errorf("failed to prepare subPath for volumeMount %q of container %q: %w", vm.Name, c.Name, err)
 		}
 		cfg.Mounts = append(cfg.Mounts, runtime.Mount{Source: src, Destination: vm.MountPath, ReadOnly: vm.ReadOnly || vol.ReadOnly})
 	}

@@ -224,7 +224,7 @@ func checkHostPath(hp *corev1.HostPathVolumeSource) error {
 	case corev1.HostPathDirectoryOrCreate:
 		if !exists {
 			if err := os.MkdirAll(p, 0o755); err != nil {
-				return fmt.Errorf("hostPath type check failed: cannot create directory %s: %v", p, err)
+				return fmt.Errorf("hostPath type check failed: cannot create directory %s: %w", p, err)
 			}
 			return nil
 		}
@@ -239,7 +239,7 @@ func checkHostPath(hp *corev1.HostPathVolumeSource) error {
 		if !exists {
 			f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o644)
 			if err != nil {
-				return fmt.Errorf("hostPath type check failed: cannot create file %s: %v", p, err)
+				return fmt.Errorf("hostPath type check failed: cannot create file %s: %w", p, err)
 			}
 			return f.Close()
 		}
