@@ -103,7 +103,7 @@ func TestParseLineRejects(t *testing.T) {
 func TestBinaryProtocol(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "flotilla-logger")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/flotilla-logger").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "flotilla.dev/flotilla/cmd/flotilla-logger").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v: %s", err, out)
 	}
 	outR, outW, _ := os.Pipe()
