@@ -77,16 +77,3 @@ func (a CertAuthenticator) Authenticate(r *http.Request) (*UserInfo, error) {
 	}
 	return &UserInfo{Name: leaf.Subject.CommonName, Groups: slices.Clone(leaf.Subject.Organization)}, nil
 }
-
-// AdminAuthorizer allows members of GroupAdmins everything and nobody
-// anything else. The security work replaces it with roles and the node
-// authorizer; it is the safe default until then.
-type AdminAuthorizer struct{}
-
-// Authorize implements Authorizer.
-func (AdminAuthorizer) Authorize(_ context.Context, a Attributes) (bool, string, error) {
-	if a.User != nil && slices.Contains(a.User.Groups, GroupAdmins) {
-		return true, "admin", nil
-	}
-	return false, "only administrators (group " + GroupAdmins + ") are allowed", nil
-}

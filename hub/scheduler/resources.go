@@ -29,10 +29,6 @@ func (r *resources) setMax(o resources) {
 	r.EphemeralStorage = max(r.EphemeralStorage, o.EphemeralStorage)
 }
 
-func (r resources) isZero() bool {
-	return r.MilliCPU == 0 && r.Memory == 0 && r.EphemeralStorage == 0
-}
-
 // Kubernetes' defaults for a container without requests, used only to
 // score (so that request-less pods still spread); filtering uses the real
 // requests, as kube-scheduler does.

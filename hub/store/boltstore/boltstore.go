@@ -231,12 +231,6 @@ func (s *Store) Close() error {
 	return nil
 }
 
-func (s *Store) isClosed() bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.closed
-}
-
 // view runs fn in a read transaction unless the store is closed.
 func (s *Store) view(fn func(tx *bolt.Tx) error) error {
 	s.mu.RLock()

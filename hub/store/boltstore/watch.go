@@ -122,12 +122,6 @@ func (h *watchHub) remove(w *watcher) {
 	}
 }
 
-func (h *watchHub) count() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.watchers)
-}
-
 // Watch delivers the changes under prefix after fromRev: first those in the
 // event log, then live ones. fromRev 0 is the empty store's revision, so it
 // replays everything (and is ErrCompacted once anything was compacted); a
