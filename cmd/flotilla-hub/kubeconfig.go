@@ -71,8 +71,11 @@ everything except Secrets).`,
 				return fmt.Errorf("asking the hub at %s to sign the certificate: %w", cfg.Host, err)
 			}
 			var resp join.CertificateResponse
-			if err := json.Unmarshal(raw, &resp); err != nil || resp.Certificate == "" {
-				return fmt.Errorf("the hub's answer is not a certificate (%v)", err)
+			if err := json.Unmarshal(raw, &resp); err != nil {
+				return fmt.Errorf("decoding the hub's answer to the signing request: %w", err)
+			}
+			if resp.Certificate == "" {
+				return fmt.Errorf("the hub at %s answered the signing request without a certificate", cfg.Host)
 			}
 			if err := pki.WriteKubeconfig(out, server, cfg.CAData, []byte(resp.Certificate), keyPEM, user); err != nil {
 				return err

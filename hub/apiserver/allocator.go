@@ -37,8 +37,11 @@ func newServiceAllocator(cidr string, portBase, portSize int) (*serviceAllocator
 		portBase, portSize = api.NodePortMin, api.NodePortMax-api.NodePortMin+1
 	}
 	_, n, err := net.ParseCIDR(cidr)
-	if err != nil || n.IP.To4() == nil {
-		return nil, fmt.Errorf("service CIDR %q is not an IPv4 CIDR: %v", cidr, err)
+	if err != nil {
+		return nil, fmt.Errorf("service CIDR %q: %w", cidr, err)
+	}
+	if n.IP.To4() == nil {
+		return nil, fmt.Errorf("service CIDR %q is not an IPv4 CIDR", cidr)
 	}
 	ones, bits := n.Mask.Size()
 	return &serviceAllocator{

@@ -3,6 +3,7 @@ package boltstore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -192,7 +193,7 @@ func (s *Store) runWatch(ctx context.Context, w *watcher, next int64, out chan<-
 		}
 		var err error
 		next, err = s.replay(ctx, w.prefix, next, upTo, send)
-		if err == errStopped {
+		if errors.Is(err, errStopped) {
 			s.finalClosed(ctx, w, out)
 			return
 		}
@@ -239,11 +240,9 @@ func (s *Store) finalClosed(ctx context.Context, w *watcher, out chan<- store.Wa
 	}
 }
 
-type stopped struct{}
-
-func (stopped) Error() string { return "watch stopped" }
-
-var errStopped error = stopped{}
+// errStopped ends a replay whose watcher or store went away; it is not a
+// failure to report to the watcher.
+var errStopped = errors.New("watch stopped")
 
 // replay sends the logged events under prefix in [next, upTo], a chunk per
 // read transaction so that no transaction stays open while a consumer is
