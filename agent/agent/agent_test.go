@@ -84,8 +84,7 @@ func TestPodCIDRFile(t *testing.T) {
 // it registers, reports Ready once the pod CIDR is assigned, writes the
 // CNI config, runs a pod, and serves its log to the hub's pods/log.
 func TestAgentEndToEnd(t *testing.T) {
-	ctrd, ns := testimage.Containerd(t)
-	_ = ctrd
+	_, ns := testimage.Containerd(t)
 	image := testimage.App(t)
 	dir := t.TempDir()
 	logger := filepath.Join(dir, runtime.LoggerBinary)

@@ -177,7 +177,7 @@ func TestBadInputWaitsWithReasonsAndIsRetried(t *testing.T) {
 		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/nonexistent/flotilla-test", Type: &dirType}}}}
 		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
 	}))
-	healthy := a.create(a.pod("healthy", nil))
+	a.create(a.pod("healthy", nil))
 
 	// Other pods are not held back.
 	a.wait("healthy", "Ready beside bad pods", ready)
@@ -240,7 +240,6 @@ func TestBadInputWaitsWithReasonsAndIsRetried(t *testing.T) {
 	if h, _ := a.get("healthy"); ready(h) != nil || cstatus(h, "app").RestartCount != 0 {
 		t.Fatalf("healthy pod disturbed: %s", dump(h))
 	}
-	_ = healthy
 }
 
 func TestRestartedAgentAdoptsAndCleansOrphans(t *testing.T) {

@@ -143,11 +143,10 @@ func New(cfg Config) (*Node, error) {
 	if err := ValidateLabels(cfg.Labels); err != nil {
 		return nil, err
 	}
-	for k, v := range cfg.Annotations {
+	for k := range cfg.Annotations {
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
 			return nil, fmt.Errorf("%w: annotation key %q: %s", ErrConfig, k, strings.Join(errs, "; "))
 		}
-		_ = v
 	}
 	return &Node{
 		cfg:    cfg,

@@ -231,8 +231,7 @@ func TestManagerThresholdsAndRestarts(t *testing.T) {
 }
 
 func TestInitialDelayAndTimeout(t *testing.T) {
-	srv, host, port := newServer(t)
-	_ = srv
+	_, host, port := newServer(t)
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(1500 * time.Millisecond)
 	}))
