@@ -81,6 +81,17 @@ func Key(obj any) (string, error) {
 	return key, nil
 }
 
+// Deleted returns the object a delete handler was given, unwrapping the
+// tombstone (cache.DeletedFinalStateUnknown) an informer hands over when it
+// missed the delete itself; ok is false when it is not a T.
+func Deleted[T any](obj any) (T, bool) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	t, ok := obj.(T)
+	return t, ok
+}
+
 // Enqueue adds obj's key. Objects without metadata are logged and dropped:
 // they can only come from a programming error in a handler.
 func (c *Controller) Enqueue(obj any) {

@@ -31,6 +31,21 @@ func TestKey(t *testing.T) {
 	}
 }
 
+func TestDeletedUnwrapsTombstones(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}}
+	for _, obj := range []any{pod, cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: pod}} {
+		if got, ok := Deleted[*corev1.Pod](obj); !ok || got != pod {
+			t.Errorf("Deleted[*Pod](%T) = %v, %v; want the pod", obj, got, ok)
+		}
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	for _, obj := range []any{node, cache.DeletedFinalStateUnknown{Key: "n1", Obj: node}, nil} {
+		if got, ok := Deleted[*corev1.Pod](obj); ok {
+			t.Errorf("Deleted[*Pod](%T) = %v, true; want not ok", obj, got)
+		}
+	}
+}
+
 // TestRunRetriesAndDeduplicates checks that a failing key comes back, that
 // a succeeding key is reconciled once although added many times before
 // the workers start, and that Run returns after ctx ends.

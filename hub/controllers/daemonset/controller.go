@@ -221,15 +221,9 @@ func (c *Controller) updatePod(old, cur any) {
 }
 
 func (c *Controller) deletePod(obj any) {
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := controllerutil.Deleted[*corev1.Pod](obj)
 	if !ok {
-		tomb, ok := obj.(cache.DeletedFinalStateUnknown)
-		if !ok {
-			return
-		}
-		if pod, ok = tomb.Obj.(*corev1.Pod); !ok {
-			return
-		}
+		return
 	}
 	if ds := c.resolve(pod.Namespace, metav1.GetControllerOfNoCopy(pod)); ds != nil {
 		c.exp.DeletionObserved(dsKey(ds), podKey(pod))

@@ -161,15 +161,9 @@ func (c *Controller) updateRS(old, cur any) {
 }
 
 func (c *Controller) deleteRS(obj any) {
-	rs, ok := obj.(*appsv1.ReplicaSet)
+	rs, ok := controllerutil.Deleted[*appsv1.ReplicaSet](obj)
 	if !ok {
-		tomb, ok := obj.(cache.DeletedFinalStateUnknown)
-		if !ok {
-			return
-		}
-		if rs, ok = tomb.Obj.(*appsv1.ReplicaSet); !ok {
-			return
-		}
+		return
 	}
 	if d := c.resolve(rs.Namespace, metav1.GetControllerOfNoCopy(rs)); d != nil {
 		c.loop.EnqueueKey(key(d))
@@ -179,15 +173,9 @@ func (c *Controller) deleteRS(obj any) {
 // deletePod matters only to Recreate, which waits for the old pods to be
 // gone before it creates the new ReplicaSet.
 func (c *Controller) deletePod(obj any) {
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := controllerutil.Deleted[*corev1.Pod](obj)
 	if !ok {
-		tomb, ok := obj.(cache.DeletedFinalStateUnknown)
-		if !ok {
-			return
-		}
-		if pod, ok = tomb.Obj.(*corev1.Pod); !ok {
-			return
-		}
+		return
 	}
 	ref := metav1.GetControllerOfNoCopy(pod)
 	if ref == nil || ref.Kind != replicaset.GVK.Kind {

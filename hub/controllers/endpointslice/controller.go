@@ -109,24 +109,16 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 // Run runs workers until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) error { return c.loop.Run(ctx, workers) }
 
-func asPod(obj any) *corev1.Pod {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	p, _ := obj.(*corev1.Pod)
-	return p
-}
-
 // enqueueForPod wakes the Services that select the pod now or selected it
 // before the change. Changes no endpoint can reflect are ignored.
 func (c *Controller) enqueueForPod(obj, oldObj any) {
-	pod := asPod(obj)
-	if pod == nil {
+	pod, ok := controllerutil.Deleted[*corev1.Pod](obj)
+	if !ok {
 		return
 	}
 	var old *corev1.Pod
 	if oldObj != nil {
-		old = asPod(oldObj)
+		old, _ = controllerutil.Deleted[*corev1.Pod](oldObj)
 		if old != nil && !endpointRelevantChange(old, pod) {
 			return
 		}
@@ -160,10 +152,7 @@ func endpointRelevantChange(old, cur *corev1.Pod) bool {
 // sliceEvent wakes the owning Service: a slice someone edited or deleted
 // is put back, and expected writes are counted as seen.
 func (c *Controller) sliceEvent(obj any, added, deleted bool) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	s, ok := obj.(*discoveryv1.EndpointSlice)
+	s, ok := controllerutil.Deleted[*discoveryv1.EndpointSlice](obj)
 	if !ok || s.Labels[api.LabelManagedBy] != ManagedBy {
 		return
 	}

@@ -191,18 +191,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 }
 
-func asNode(obj any) (*corev1.Node, bool) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	n, ok := obj.(*corev1.Node)
-	return n, ok
-}
-
 // onNode records a CIDR read back from a Node (so it is never handed out
 // again) and queues nodes that still need one.
 func (c *Controller) onNode(obj any) {
-	node, ok := asNode(obj)
+	node, ok := controllerutil.Deleted[*corev1.Node](obj)
 	if !ok {
 		return
 	}
@@ -221,7 +213,7 @@ func (c *Controller) onNode(obj any) {
 }
 
 func (c *Controller) onNodeDelete(obj any) {
-	node, ok := asNode(obj)
+	node, ok := controllerutil.Deleted[*corev1.Node](obj)
 	if !ok || node.Spec.PodCIDR == "" {
 		return
 	}
