@@ -69,7 +69,6 @@ type Hub struct {
 	pki      *pki.PKI
 	api      *apiserver.Server
 	listener net.Listener
-	registry *prometheus.Registry
 	url      string
 	audit    *audit.Log
 	graph    *auth.Graph
@@ -141,7 +140,7 @@ func New(cfg Config) (*Hub, error) {
 		st.Close()
 		return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
 	}
-	h := &Hub{cfg: cfg, log: cfg.Log, store: st, pki: p, api: srv, listener: ln, registry: reg, audit: auditLog, graph: graph}
+	h := &Hub{cfg: cfg, log: cfg.Log, store: st, pki: p, api: srv, listener: ln, audit: auditLog, graph: graph}
 	h.url = cfg.AdvertiseURL
 	if h.url == "" {
 		h.url = "https://" + advertiseHost(ln.Addr().(*net.TCPAddr))
@@ -262,7 +261,6 @@ func (h *Hub) Run(ctx context.Context) error {
 		run("node authorizer", func(ctx context.Context) error { return h.graph.Run(ctx, h.AdminConfig()) })
 		if h.cfg.RunLoops {
 			for _, l := range h.cfg.Loops {
-				l := l
 				run(l.Name, func(ctx context.Context) error { return l.Run(ctx, h.AdminConfig()) })
 			}
 		}
