@@ -311,6 +311,10 @@ func TestLoop(t *testing.T) {
 		ps := pods()
 		return len(ps) == 3 && !slices.ContainsFunc(ps, func(p corev1.Pod) bool { return p.Name == victim })
 	})
+	// Expectations: one creation per missing pod, never a double.
+	if n := len(e.actions("create", "pods")); n != 4 {
+		t.Errorf("%d creations, want 4 (3 + 1 replacement)", n)
+	}
 	// The fake clientset has no status subresource: a status write of the
 	// loop's cached copy can put the old spec back, so the scale is
 	// re-applied until it sticks (the hub keeps spec and status apart).
@@ -329,9 +333,6 @@ func TestLoop(t *testing.T) {
 		cur, _ := e.client.AppsV1().ReplicaSets("default").Get(ctx, "web", metav1.GetOptions{})
 		return cur.Status.Replicas == 1
 	})
-	if n := len(e.actions("create", "pods")); n != 4 {
-		t.Errorf("%d creations, want 4 (3 + 1 replacement)", n)
-	}
 }
 
 // waitFor polls cond until it holds; the deadline only guards against a
