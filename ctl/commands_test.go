@@ -228,6 +228,27 @@ func TestLogs(t *testing.T) {
 	}
 }
 
+func TestLogsOfWorkload(t *testing.T) {
+	ready := pod("default", "web-ready", "edge-1", map[string]string{"app": "web"})
+	pending := pod("default", "web-pending", "", map[string]string{"app": "web"})
+	pending.Status = corev1.PodStatus{Phase: corev1.PodPending}
+	other := pod("default", "db-1", "edge-1", map[string]string{"app": "db"})
+	h := newHarness(t, deployment("web", 2), ready, pending, other)
+	out, errOut, code := h.run("logs", "deployment/web")
+	if code != 0 || out != "fake logs" || !strings.Contains(errOut, "Found 2 pods, using pod/web-ready") {
+		t.Errorf("logs deployment/web: %d %q %q", code, out, errOut)
+	}
+	if _, errOut, code := h.run("logs", "deploy/ghost"); code != 1 || !strings.Contains(errOut, "NotFound") {
+		t.Errorf("logs of a missing deployment: %d %q", code, errOut)
+	}
+	if _, errOut, code := h.run("logs", "service/web"); code != 1 || !strings.Contains(errOut, "logs come from pods") {
+		t.Errorf("logs of a service: %d %q", code, errOut)
+	}
+	if out, _, code := h.run("logs", "pod/db-1"); code != 0 || out != "fake logs" {
+		t.Errorf("logs pod/db-1: %d %q", code, out)
+	}
+}
+
 const appManifest = `apiVersion: v1
 kind: ConfigMap
 metadata:

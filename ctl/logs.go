@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 type logsOptions struct {
@@ -22,13 +24,14 @@ type logsOptions struct {
 func (a *App) logsCommand() *cobra.Command {
 	var o logsOptions
 	cmd := &cobra.Command{
-		Use:   "logs [-f] [--previous] [-c CONTAINER] [--tail N] POD",
+		Use:   "logs [-f] [--previous] [-c CONTAINER] [--tail N] POD | TYPE/NAME",
 		Short: "Print a container's log, fetched by the hub from the pod's device",
 		Example: "  flotctl logs web-5d8f9c7b6-x2x4q\n  flotctl logs -f --tail 20 web-5d8f9c7b6-x2x4q -c app\n" +
-			"  flotctl logs --previous web-5d8f9c7b6-x2x4q   # the instance before the last restart",
+			"  flotctl logs --previous web-5d8f9c7b6-x2x4q   # the instance before the last restart\n" +
+			"  flotctl logs deployment/web                  # one of the deployment's pods",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.runLogs(cmd.Context(), strings.TrimPrefix(strings.TrimPrefix(args[0], "pods/"), "pod/"), o)
+			return a.runLogs(cmd.Context(), args[0], o)
 		},
 	}
 	f := cmd.Flags()
@@ -41,16 +44,28 @@ func (a *App) logsCommand() *cobra.Command {
 	return cmd
 }
 
-func (a *App) runLogs(ctx context.Context, name string, o logsOptions) error {
+func (a *App) runLogs(ctx context.Context, arg string, o logsOptions) error {
 	c, err := a.connect()
 	if err != nil {
 		return err
 	}
 	pods := c.Typed.CoreV1().Pods(c.Namespace)
-	pod, err := pods.Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return err
+	var pod *corev1.Pod
+	kind, name, isRef := strings.Cut(arg, "/")
+	if !isRef {
+		kind, name = "pod", arg
 	}
+	switch strings.ToLower(kind) {
+	case "pod", "pods", "po":
+		if pod, err = pods.Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return err
+		}
+	default:
+		if pod, err = a.podOf(ctx, c.Typed, c.Namespace, kind, name); err != nil {
+			return err
+		}
+	}
+	name = pod.Name
 	container, err := pickContainer(pod, o.container)
 	if err != nil {
 		return err
@@ -75,6 +90,77 @@ func (a *App) runLogs(ctx context.Context, name string, o logsOptions) error {
 		return fmt.Errorf("reading the log of %s/%s: %w", name, container, err)
 	}
 	return nil
+}
+
+// podOf picks, as kubectl does for `logs TYPE/NAME`, one pod of a
+// workload: a ready one if there is one, then a running one, the newest
+// first, and says which on stderr.
+func (a *App) podOf(ctx context.Context, cs kubernetes.Interface, ns, kind, name string) (*corev1.Pod, error) {
+	var sel *metav1.LabelSelector
+	switch strings.ToLower(kind) {
+	case "deployment", "deployments", "deploy":
+		d, err := cs.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		sel = d.Spec.Selector
+	case "replicaset", "replicasets", "rs":
+		r, err := cs.AppsV1().ReplicaSets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		sel = r.Spec.Selector
+	case "daemonset", "daemonsets", "ds":
+		d, err := cs.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		sel = d.Spec.Selector
+	default:
+		return nil, fmt.Errorf("cannot get logs of %s/%s: logs come from pods, deployments, replicasets and daemonsets", kind, name)
+	}
+	ls, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return nil, fmt.Errorf("the selector of %s/%s: %w", kind, name, err)
+	}
+	list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: ls.String()})
+	if err != nil {
+		return nil, err
+	}
+	if len(list.Items) == 0 {
+		return nil, fmt.Errorf("%s/%s has no pods", kind, name)
+	}
+	rank := func(p *corev1.Pod) int {
+		switch {
+		case p.DeletionTimestamp != nil:
+			return 0
+		case isPodReady(p):
+			return 3
+		case p.Status.Phase == corev1.PodRunning:
+			return 2
+		}
+		return 1
+	}
+	items := list.Items
+	sort.SliceStable(items, func(i, j int) bool {
+		if ri, rj := rank(&items[i]), rank(&items[j]); ri != rj {
+			return ri > rj
+		}
+		return items[j].CreationTimestamp.Before(&items[i].CreationTimestamp)
+	})
+	if len(items) > 1 {
+		fmt.Fprintf(a.Err, "Found %d pods, using pod/%s\n", len(items), items[0].Name)
+	}
+	return &items[0], nil
+}
+
+func isPodReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 func pickContainer(pod *corev1.Pod, want string) (string, error) {
