@@ -187,19 +187,25 @@ func validateDeploymentStatus(s *appsv1.DeploymentStatus) field.ErrorList {
 	if s.CollisionCount != nil {
 		errs = nonNegative(errs, p.Child("collisionCount"), int64(*s.CollisionCount))
 	}
-	if s.UpdatedReplicas > s.Replicas {
-		errs = append(errs, field.Invalid(p.Child("updatedReplicas"), s.UpdatedReplicas, notAboveReplicas))
-	}
-	if s.ReadyReplicas > s.Replicas {
-		errs = append(errs, field.Invalid(p.Child("readyReplicas"), s.ReadyReplicas, notAboveReplicas))
-	}
-	if s.AvailableReplicas > s.Replicas {
-		errs = append(errs, field.Invalid(p.Child("availableReplicas"), s.AvailableReplicas, notAboveReplicas))
-	}
-	if s.AvailableReplicas > s.ReadyReplicas {
-		errs = append(errs, field.Invalid(p.Child("availableReplicas"), s.AvailableReplicas, "cannot be greater than readyReplicas"))
-	}
+	errs = replicaCounts(errs, p, s.Replicas, s.ReadyReplicas, s.AvailableReplicas, "updatedReplicas", s.UpdatedReplicas)
 	return sortByField(errs)
+}
+
+// replicaCounts checks the ordering every workload status keeps:
+// available ≤ ready ≤ replicas, and the extra count ≤ replicas.
+func replicaCounts(errs field.ErrorList, p *field.Path, replicas, ready, available int32, extraName string, extra int32) field.ErrorList {
+	for _, c := range []struct {
+		name string
+		v    int32
+	}{{extraName, extra}, {"readyReplicas", ready}, {"availableReplicas", available}} {
+		if c.v > replicas {
+			errs = append(errs, field.Invalid(p.Child(c.name), c.v, notAboveReplicas))
+		}
+	}
+	if available > ready {
+		errs = append(errs, field.Invalid(p.Child("availableReplicas"), available, "cannot be greater than readyReplicas"))
+	}
+	return errs
 }
 
 func validateReplicaSetStatus(s *appsv1.ReplicaSetStatus) field.ErrorList {
@@ -209,18 +215,7 @@ func validateReplicaSetStatus(s *appsv1.ReplicaSetStatus) field.ErrorList {
 	for name, v := range map[string]int32{"replicas": s.Replicas, "fullyLabeledReplicas": s.FullyLabeledReplicas, "readyReplicas": s.ReadyReplicas, "availableReplicas": s.AvailableReplicas} {
 		errs = nonNegative(errs, p.Child(name), int64(v))
 	}
-	if s.FullyLabeledReplicas > s.Replicas {
-		errs = append(errs, field.Invalid(p.Child("fullyLabeledReplicas"), s.FullyLabeledReplicas, notAboveReplicas))
-	}
-	if s.ReadyReplicas > s.Replicas {
-		errs = append(errs, field.Invalid(p.Child("readyReplicas"), s.ReadyReplicas, notAboveReplicas))
-	}
-	if s.AvailableReplicas > s.Replicas {
-		errs = append(errs, field.Invalid(p.Child("availableReplicas"), s.AvailableReplicas, notAboveReplicas))
-	}
-	if s.AvailableReplicas > s.ReadyReplicas {
-		errs = append(errs, field.Invalid(p.Child("availableReplicas"), s.AvailableReplicas, "cannot be greater than readyReplicas"))
-	}
+	errs = replicaCounts(errs, p, s.Replicas, s.ReadyReplicas, s.AvailableReplicas, "fullyLabeledReplicas", s.FullyLabeledReplicas)
 	return sortByField(errs)
 }
 
