@@ -32,6 +32,7 @@ import (
 	"flotilla.dev/flotilla/agent/routes"
 	"flotilla.dev/flotilla/agent/runtime"
 	"flotilla.dev/flotilla/agent/server"
+	"flotilla.dev/flotilla/internal/atomicfile"
 	"flotilla.dev/flotilla/internal/version"
 	"flotilla.dev/flotilla/registry"
 )
@@ -416,11 +417,10 @@ func readCIDR(path string) string {
 }
 
 func writeCIDR(path, cidr string) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(cidr+"\n"), 0o644); err != nil {
+	if err := atomicfile.Write(path, []byte(cidr+"\n"), 0o644); err != nil {
 		return fmt.Errorf("remembering the pod CIDR: %w", err)
 	}
-	return os.Rename(tmp, path)
+	return nil
 }
 
 // caPool is the hub CA from the client config: the agent server trusts

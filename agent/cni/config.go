@@ -11,6 +11,8 @@ import (
 	"sort"
 
 	"github.com/containernetworking/cni/libcni"
+
+	"flotilla.dev/flotilla/internal/atomicfile"
 )
 
 // Defaults from Flotilla's contracts.
@@ -155,13 +157,8 @@ func EnsureDefaultConfig(c Config) (path string, written bool, err error) {
 	if err := os.MkdirAll(c.ConfDir, 0o755); err != nil {
 		return "", false, fmt.Errorf("create CNI conf dir: %w", err)
 	}
-	tmp := ours + ".tmp"
-	if err := os.WriteFile(tmp, want, 0o644); err != nil {
-		return "", false, fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, ours); err != nil {
-		os.Remove(tmp)
-		return "", false, fmt.Errorf("write %s: %w", ours, err)
+	if err := atomicfile.Write(ours, want, 0o644); err != nil {
+		return "", false, fmt.Errorf("CNI configuration: %w", err)
 	}
 	return ours, true, nil
 }

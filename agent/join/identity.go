@@ -16,6 +16,8 @@ import (
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
+
+	"flotilla.dev/flotilla/internal/atomicfile"
 )
 
 // File names inside DATA_DIR/pki.
@@ -214,7 +216,7 @@ func (id *Identity) Renew(ctx context.Context, hubURL string) error {
 	if _, err := cert.Leaf.Verify(x509.VerifyOptions{Roots: id.pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, CurrentTime: cert.Leaf.NotBefore.Add(time.Second)}); err != nil {
 		return fmt.Errorf("the hub's renewed certificate does not chain to the pinned CA: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(id.dir, NodeFile), nodePEM, 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(id.dir, NodeFile), nodePEM, 0o600); err != nil {
 		return err
 	}
 	id.mu.Lock()

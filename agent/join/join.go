@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"flotilla.dev/flotilla/hub/pki"
+	"flotilla.dev/flotilla/internal/atomicfile"
 )
 
 // Paths of the hub's join endpoint (hub/join).
@@ -145,10 +146,10 @@ func Join(ctx context.Context, cfg Config) (*Identity, error) {
 		return nil, fmt.Errorf("join: %w", err)
 	}
 	// The CA first: node.pem's presence means a complete identity.
-	if err := writeFileAtomic(filepath.Join(dir, CAFile), caPEM, 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, CAFile), caPEM, 0o644); err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, NodeFile), nodePEM, 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, NodeFile), nodePEM, 0o600); err != nil {
 		return nil, err
 	}
 	id.configure(cfg)

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"flotilla.dev/flotilla/agent/runtime/podns"
+	"flotilla.dev/flotilla/internal/atomicfile"
 )
 
 // PodRef identifies the pod a sandbox or container belongs to.
@@ -192,7 +193,7 @@ func (r *Runtime) writeHosts(sb *Sandbox) error {
 		if err != nil {
 			return err
 		}
-		return writeFileAtomic(sb.HostsPath(), b, 0o644)
+		return atomicfile.Write(sb.HostsPath(), b, 0o644)
 	}
 	var b strings.Builder
 	b.WriteString("# Managed by flotilla: the pod's hosts file.\n")
@@ -205,20 +206,12 @@ func (r *Runtime) writeHosts(sb *Sandbox) error {
 	return os.WriteFile(sb.HostsPath(), []byte(b.String()), 0o644)
 }
 
-func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, mode); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
 func (r *Runtime) saveSandbox(sb *Sandbox) error {
 	b, err := json.MarshalIndent(sb, "", "  ")
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(sb.Dir, sandboxFile), b, 0o600)
+	return atomicfile.Write(filepath.Join(sb.Dir, sandboxFile), b, 0o600)
 }
 
 // GetSandbox reads a sandbox; ErrNotFound when there is none.
