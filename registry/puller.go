@@ -80,6 +80,15 @@ type Pulled struct {
 	Size int64
 }
 
+// Name is the name the image is stored under in containerd, which
+// containers are created from.
+func (p Pulled) Name() string {
+	if p.Image != nil {
+		return p.Image.Name()
+	}
+	return p.Ref.PullName()
+}
+
 // NewPuller checks the configuration and returns a Puller.
 func NewPuller(client *containerd.Client, cfg PullerConfig) (*Puller, error) {
 	if cfg.Namespace == "" {

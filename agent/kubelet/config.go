@@ -11,9 +11,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
-	"flotilla.dev/flotilla/agent/cni"
-	"flotilla.dev/flotilla/agent/runtime"
-	"flotilla.dev/flotilla/registry"
 )
 
 // ErrConfig is returned by New for a configuration that cannot work.
@@ -30,9 +27,9 @@ type Config struct {
 	Client kubernetes.Interface
 	// Runtime, Network and Puller run pods (Runtime and Puller required;
 	// without Network only hostNetwork pods can start).
-	Runtime *runtime.Runtime
-	Network *cni.Network
-	Puller  *registry.Puller
+	Runtime Runtime
+	Network Network
+	Puller  Images
 	// Recorder writes Events; one writing through Client is made when nil.
 	Recorder record.EventRecorder
 	// HostIPs are reported as status.hostIP(s); when empty they are read

@@ -32,7 +32,7 @@ import (
 type Kubelet struct {
 	cfg      Config
 	log      *slog.Logger
-	rt       *runtime.Runtime
+	rt       Runtime
 	sources  sources
 	hub      *HubSource
 	recorder record.EventRecorder

@@ -111,7 +111,7 @@ func (k *Kubelet) ensureImage(ctx context.Context, w *podWorker, pod *corev1.Pod
 	if ok && (c.ImagePullPolicy != corev1.PullAlways || ref.Pinned()) {
 		k.recordImageID(present)
 		k.event(pod, c.Name, corev1.EventTypeNormal, "Pulled", "Container image %q already present on machine", image)
-		return present.Image.Name(), nil
+		return present.Name(), nil
 	}
 	if !ok && c.ImagePullPolicy == corev1.PullNever {
 		return "", k.setWaiting(w, pod, c.Name, "ErrImageNeverPull", fmt.Sprintf("Container image %q is not present with pull policy of Never", image), 0)
@@ -141,15 +141,15 @@ func (k *Kubelet) ensureImage(ctx context.Context, w *podWorker, pod *corev1.Pod
 	k.imageBackoff.clear(key)
 	k.recordImageID(pulled)
 	k.event(pod, c.Name, corev1.EventTypeNormal, "Pulled", "Successfully pulled image %q in %s. Image size: %d bytes.", image, time.Since(now).Round(time.Millisecond), pulled.Size)
-	return pulled.Image.Name(), nil
+	return pulled.Name(), nil
 }
 
 func (k *Kubelet) recordImageID(p registry.Pulled) {
-	if p.Image == nil || p.Digest == "" {
+	if p.Digest == "" {
 		return
 	}
 	k.mu.Lock()
-	k.imageIDs[p.Image.Name()] = p.Ref.Name() + "@" + p.Digest.String()
+	k.imageIDs[p.Name()] = p.Ref.Name() + "@" + p.Digest.String()
 	k.mu.Unlock()
 }
 
