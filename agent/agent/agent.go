@@ -27,6 +27,7 @@ import (
 	"flotilla.dev/flotilla/agent/cni"
 	"flotilla.dev/flotilla/agent/dns"
 	"flotilla.dev/flotilla/agent/kubelet"
+	"flotilla.dev/flotilla/agent/localstore"
 	"flotilla.dev/flotilla/agent/node"
 	"flotilla.dev/flotilla/agent/proxy"
 	"flotilla.dev/flotilla/agent/routes"
@@ -41,6 +42,8 @@ import (
 const (
 	DefaultDataDir = "/var/lib/flotilla/agent"
 	podCIDRFile    = "pod-cidr"
+	// stateFile keeps the last known desired state (agent/localstore).
+	stateFile = "state.db"
 )
 
 var (
@@ -182,6 +185,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := os.MkdirAll(a.cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("creating the data dir: %w", err)
 	}
+	store, err := localstore.Open(filepath.Join(a.cfg.DataDir, stateFile), localstore.Options{})
+	if err != nil {
+		return fmt.Errorf("the device's local state: %w", err)
+	}
+	defer store.Close()
 	hubCAs, err := caPool(restCfg)
 	if err != nil {
 		return err
@@ -275,7 +283,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	run("node", nd.Run)
 	run("service proxy", px.Run)
 	run("pod routes", router.Run)
-	run("pods", func(ctx context.Context) error { return a.runPods(ctx, client, shared, nd, rt, puller) })
+	run("pods", func(ctx context.Context) error { return a.runPods(ctx, client, shared, nd, rt, puller, store) })
 	a.log.Info("agent started", "version", version.Version, "runtime", runtimeVersion, "server", srv.Addr().String())
 
 	select {
@@ -326,7 +334,7 @@ func (a *Agent) ready(ctx context.Context) error {
 }
 
 // runPods sets up the pod network and runs the kubelet.
-func (a *Agent) runPods(ctx context.Context, client kubernetes.Interface, shared informers.SharedInformerFactory, nd *node.Node, rt *runtime.Runtime, puller *registry.Puller) error {
+func (a *Agent) runPods(ctx context.Context, client kubernetes.Interface, shared informers.SharedInformerFactory, nd *node.Node, rt *runtime.Runtime, puller *registry.Puller, store *localstore.Store) error {
 	cidrPath := filepath.Join(a.cfg.DataDir, podCIDRFile)
 	cidr := readCIDR(cidrPath)
 	errc := make(chan error, 3)
@@ -387,6 +395,7 @@ func (a *Agent) runPods(ctx context.Context, client kubernetes.Interface, shared
 	k, err := kubelet.New(kubelet.Config{
 		NodeName: a.cfg.NodeName, Client: client, Runtime: rt, Network: network, Puller: puller,
 		HostIPs: hostIPs, ClusterDNS: []string{gw}, RootDir: filepath.Join(a.cfg.DataDir, "pods"), NetNSPath: a.cfg.NetNSPath, Log: a.log,
+		Store: store,
 	})
 	if err != nil {
 		return err

@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 
@@ -21,11 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
-	"flotilla.dev/flotilla/agent/runtime"
 	"flotilla.dev/flotilla/agent/runtime/podns"
 	"flotilla.dev/flotilla/agent/server"
-	"flotilla.dev/flotilla/hub/hubtest"
-	"flotilla.dev/flotilla/test/testimage"
 )
 
 func testLog() *slog.Logger {
@@ -84,57 +79,11 @@ func TestPodCIDRFile(t *testing.T) {
 // it registers, reports Ready once the pod CIDR is assigned, writes the
 // CNI config, runs a pod, and serves its log to the hub's pods/log.
 func TestAgentEndToEnd(t *testing.T) {
-	_, ns := testimage.Containerd(t)
-	image := testimage.App(t)
-	dir := t.TempDir()
-	logger := filepath.Join(dir, runtime.LoggerBinary)
-	build := exec.Command("go", "build", "-o", logger, "flotilla.dev/flotilla/cmd/flotilla-logger")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building flotilla-logger: %v\n%s", err, out)
-	}
-	// The device's network namespace: the service proxy's rules go there.
-	hostNS := filepath.Join(dir, "hostns")
-	if err := podns.CreateNet(hostNS); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { podns.Remove(hostNS) })
-	if out, err := exec.Command("nsenter", "--net="+hostNS, "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
-		t.Fatalf("lo up: %v\n%s", err, out)
-	}
-	h := hubtest.Start(t)
-	b := make([]byte, 3)
-	rand.Read(b)
-	name := "agent-" + hex.EncodeToString(b)
-	a, err := New(Config{
-		NodeName: name, DataDir: filepath.Join(dir, "data"), ContainerdAddress: testimage.ContainerdSocket, ContainerdNamespace: ns,
-		Labels: map[string]string{"site": "lab"}, NodeIP: "127.0.0.1", ServerListen: "127.0.0.1:0",
-		CNIConfDir: filepath.Join(dir, "net.d"), LogDir: filepath.Join(dir, "logs"), RunDir: filepath.Join(dir, "run"),
-		LoggerPath: logger, NetNSPath: hostNS, Credentials: KubeconfigCredentials(h.KubeconfigPath(), ""), Log: testLog(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(60 * time.Second):
-			t.Error("the agent did not stop within 60s")
-		}
-	}
-	defer stop()
+	d := newTestDevice(t)
+	d.start()
+	defer d.stop()
+	h, name, dir, hostNS, image := d.hub, d.name, d.dir, d.hostNS, d.img
+	stop := d.stop
 
 	c := h.Client
 	bg := context.Background()

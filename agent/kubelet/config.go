@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"flotilla.dev/flotilla/agent/localstore"
 )
 
 // ErrConfig is returned by New for a configuration that cannot work.
@@ -52,6 +53,11 @@ type Config struct {
 	// (static pods, the local cache). A pod UID in several sources is
 	// taken from the first.
 	Sources []PodSource
+	// Store, when set, keeps the hub's pods and the ConfigMaps and
+	// Secrets they use on the device, and serves them (a CacheSource)
+	// until the hub source syncs: a restart without the hub runs what
+	// ran before.
+	Store *localstore.Store
 	// DisableHubSource runs without the hub's informer (for agents that
 	// only run local pods; Client is still used for Events and status).
 	DisableHubSource bool

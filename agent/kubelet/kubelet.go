@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	"flotilla.dev/flotilla/agent/kubelet/probes"
@@ -35,6 +36,7 @@ type Kubelet struct {
 	rt       Runtime
 	sources  sources
 	hub      *HubSource
+	cache    *CacheSource
 	recorder record.EventRecorder
 	stopRec  func()
 
@@ -100,6 +102,19 @@ func New(cfg Config) (*Kubelet, error) {
 			k.log.Warn("pod sync failed; will retry", "pod-uid", uid, "err", err)
 		})
 	k.objects = newObjectCache(cfg.Client, k.workers.Poke)
+	if cfg.Store != nil {
+		k.objects.store, k.objects.log = cfg.Store, k.log
+		if k.hub == nil {
+			return nil, fmt.Errorf("%w: a local store caches the hub's pods, but the hub source is disabled", ErrConfig)
+		}
+		cs, err := NewCacheSource(k.hub, cfg.Store, k.log)
+		if err != nil {
+			return nil, err
+		}
+		k.cache = cs
+		// Right after the hub: the hub's own pods win once it syncs.
+		k.sources = append(sources{k.hub, cs}, k.sources[1:]...)
+	}
 	k.volumes, err = volumes.New(cfg.RootDir, k.objects)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
@@ -148,6 +163,14 @@ func (k *Kubelet) Run(ctx context.Context) error {
 	goRun("containerd events", func() error { return k.rt.Watch(ctx, k.onRuntimeEvent) })
 	for _, s := range k.sources {
 		goRun("pod source "+s.Name(), func() error { return s.Run(ctx, k.workers.Poke) })
+	}
+	if k.hub != nil {
+		goRun("status after the hub syncs", func() error {
+			if cache.WaitForCacheSync(ctx.Done(), k.hub.HasSynced) {
+				k.status.QueueAll()
+			}
+			return nil
+		})
 	}
 	k.workers.start(ctx)
 	goRun("housekeeping", func() error { k.housekeeping(ctx); return nil })

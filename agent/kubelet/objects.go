@@ -3,6 +3,7 @@ package kubelet
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -16,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"flotilla.dev/flotilla/agent/localstore"
 )
 
 // objKey names a ConfigMap or Secret.
@@ -39,6 +42,10 @@ type objWatch struct {
 type objectCache struct {
 	client   kubernetes.Interface
 	onChange func(types.UID)
+	// store, when set, keeps every object read, so that pods start after
+	// a reboot without the hub; nil keeps nothing.
+	store *localstore.Store
+	log   *slog.Logger
 	// syncTimeout bounds waiting for a new watch's first list.
 	syncTimeout time.Duration
 
@@ -203,9 +210,9 @@ func (c *objectCache) ensureLocked(k objKey) *objWatch {
 		}
 	}
 	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    notify,
-		UpdateFunc: func(_, o any) { notify(o) },
-		DeleteFunc: notify,
+		AddFunc:    func(o any) { c.remember(k, o); notify(o) },
+		UpdateFunc: func(_, o any) { c.remember(k, o); notify(o) },
+		DeleteFunc: func(o any) { c.remember(k, nil); notify(o) },
 	})
 	c.watches[k] = w
 	go inf.RunWithContext(ctx)
@@ -229,6 +236,11 @@ func (c *objectCache) get(ctx context.Context, k objKey) (any, error) {
 	}
 	c.mu.Unlock()
 	if !w.informer.HasSynced() {
+		if obj, ok := c.recalled(k); ok {
+			// The hub is away or slow: the last known content lets the
+			// pod start now; a change pokes it once the watch syncs.
+			return obj, nil
+		}
 		sctx, cancel := context.WithTimeout(ctx, c.syncTimeout)
 		ok := cache.WaitForCacheSync(sctx.Done(), w.informer.HasSynced)
 		cancel()
@@ -269,4 +281,52 @@ func (c *objectCache) Secret(ctx context.Context, ns, name string) (*corev1.Secr
 		return nil, err
 	}
 	return obj.(*corev1.Secret), nil
+}
+
+// remember writes what the watch delivered to the store: the object, or
+// (nil) its deletion.
+func (c *objectCache) remember(k objKey, obj any) {
+	if c.store == nil {
+		return
+	}
+	var err error
+	switch o := obj.(type) {
+	case *corev1.ConfigMap:
+		err = localstore.Put(c.store, localstore.ConfigMaps, o)
+	case *corev1.Secret:
+		err = localstore.Put(c.store, localstore.Secrets, o)
+	case nil:
+		err = c.store.Delete(storeKind(k), k.namespace, k.name)
+	}
+	if err != nil {
+		c.log.Warn("could not record a pod's object in the local store", singular(k.kind), k.namespace+"/"+k.name, "err", err)
+	}
+}
+
+// recalled is the object as last recorded in the store.
+func (c *objectCache) recalled(k objKey) (any, bool) {
+	if c.store == nil {
+		return nil, false
+	}
+	var obj any
+	var ok bool
+	var err error
+	switch k.kind {
+	case "configmaps":
+		obj, ok, err = localstore.Get[corev1.ConfigMap](c.store, localstore.ConfigMaps, k.namespace, k.name)
+	default:
+		obj, ok, err = localstore.Get[corev1.Secret](c.store, localstore.Secrets, k.namespace, k.name)
+	}
+	if err != nil {
+		c.log.Warn("could not read a pod's object from the local store", singular(k.kind), k.namespace+"/"+k.name, "err", err)
+		return nil, false
+	}
+	return obj, ok
+}
+
+func storeKind(k objKey) localstore.Kind {
+	if k.kind == "configmaps" {
+		return localstore.ConfigMaps
+	}
+	return localstore.Secrets
 }

@@ -3,6 +3,7 @@ package kubelet
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"flotilla.dev/flotilla/agent/localstore"
 )
 
 // PodSource is one origin of the pods this device should run. The kubelet
@@ -39,6 +42,10 @@ const uidIndex = "uid"
 // informer with the field selector spec.nodeName=<node>.
 type HubSource struct {
 	informer cache.SharedIndexInformer
+	// store, when set, receives every pod before the kubelet can act on
+	// it, so that a restart without the hub finds what was running.
+	store *localstore.Store
+	log   *slog.Logger
 }
 
 var _ PodSource = (*HubSource)(nil)
@@ -80,20 +87,25 @@ func (s *HubSource) Run(ctx context.Context, notify func(types.UID)) error {
 		}
 		return p.UID, true
 	}
+	changed := func(obj any) {
+		if uid, ok := uidOf(obj); ok {
+			// Written again here (a no-op when unchanged) in case the
+			// cache's re-list replaced the store between the transform
+			// and the informer's own store.
+			s.remember(obj)
+			notify(uid)
+		}
+	}
 	_, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if uid, ok := uidOf(obj); ok {
-				notify(uid)
-			}
-		},
-		UpdateFunc: func(_, obj any) {
-			if uid, ok := uidOf(obj); ok {
-				notify(uid)
-			}
-		},
+		AddFunc:    changed,
+		UpdateFunc: func(_, obj any) { changed(obj) },
 		DeleteFunc: func(obj any) {
-			if uid, ok := uidOf(obj); ok {
-				notify(uid)
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if p, ok := obj.(*corev1.Pod); ok {
+				s.forget(p)
+				notify(p.UID)
 			}
 		},
 	})
@@ -105,6 +117,42 @@ func (s *HubSource) Run(ctx context.Context, notify func(types.UID)) error {
 }
 
 func (s *HubSource) HasSynced() bool { return s.informer.HasSynced() }
+
+// LastSyncResourceVersion is the resourceVersion of the informer's latest
+// list or watch event.
+func (s *HubSource) LastSyncResourceVersion() string { return s.informer.LastSyncResourceVersion() }
+
+// persist makes the source write every pod to store before the kubelet
+// sees it. It must be called before Run.
+func (s *HubSource) persist(store *localstore.Store, log *slog.Logger) error {
+	s.store, s.log = store, log
+	// The transform runs before the informer stores the object, so no
+	// pod is acted on before it is on disk.
+	return s.informer.SetTransform(func(obj any) (any, error) {
+		s.remember(obj)
+		return obj, nil
+	})
+}
+
+func (s *HubSource) remember(obj any) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok || s.store == nil {
+		return
+	}
+	if err := localstore.Put(s.store, localstore.Pods, p); err != nil {
+		// The pod still runs; only a restart without the hub would miss it.
+		s.log.Warn("could not record pod in the local store", "pod", p.Namespace+"/"+p.Name, "err", err)
+	}
+}
+
+func (s *HubSource) forget(p *corev1.Pod) {
+	if s.store == nil {
+		return
+	}
+	if err := s.store.Delete(localstore.Pods, p.Namespace, p.Name); err != nil {
+		s.log.Warn("could not remove pod from the local store", "pod", p.Namespace+"/"+p.Name, "err", err)
+	}
+}
 
 func (s *HubSource) Get(uid types.UID) (*corev1.Pod, bool) {
 	objs, err := s.informer.GetIndexer().ByIndex(uidIndex, string(uid))
@@ -147,13 +195,56 @@ func (ss sources) list() map[types.UID]*corev1.Pod {
 	return out
 }
 
+// synced reports whether every source has delivered its whole set, so
+// that a pod none of them has is really not wanted. A source that cannot
+// sync (the hub, while it is away) counts as synced when a source that
+// stands in for it has.
 func (ss sources) synced() bool {
 	for _, s := range ss {
-		if !s.HasSynced() {
+		if !s.HasSynced() && !ss.stoodInFor(s.Name()) {
 			return false
 		}
 	}
 	return true
+}
+
+// syncedFor reports whether the source named origin (every source, when
+// origin is "") has synced, or a stand-in has for it.
+func (ss sources) syncedFor(origin string) bool {
+	if origin == "" {
+		return ss.synced()
+	}
+	for _, s := range ss {
+		if s.Name() == origin {
+			return s.HasSynced() || ss.stoodInFor(origin)
+		}
+	}
+	return ss.synced()
+}
+
+// standIn is a source that serves another's pods while that one has not
+// synced.
+type standIn interface {
+	StandsInFor() string
+}
+
+func (ss sources) stoodInFor(name string) bool {
+	for _, s := range ss {
+		if si, ok := s.(standIn); ok && si.StandsInFor() == name && s.HasSynced() {
+			return true
+		}
+	}
+	return false
+}
+
+// origin names the source a pod comes from, "" when none has it.
+func (ss sources) origin(uid types.UID) string {
+	for _, s := range ss {
+		if _, ok := s.Get(uid); ok {
+			return s.Name()
+		}
+	}
+	return ""
 }
 
 // waitSynced waits until every source has synced or ctx ends.

@@ -31,7 +31,15 @@ func (k *Kubelet) syncPod(ctx context.Context, w *podWorker) (syncResult, error)
 	pod, desired := k.sources.get(w.uid)
 	if desired {
 		w.lastPod = pod
+		w.origin = k.sources.origin(w.uid)
 		k.objects.setPod(pod)
+	} else if !k.sources.syncedFor(w.origin) {
+		// The source that has (or may have) this pod has not delivered
+		// its whole set yet: after a restart without the hub, a container
+		// exit wakes the worker long before the hub answers. "Not
+		// desired" means nothing until then, and acting on it would tear
+		// down a running pod and its data.
+		return syncResult{requeue: time.Second}, nil
 	}
 	cs, err := k.listContainers(ctx, w.uid)
 	if err != nil {

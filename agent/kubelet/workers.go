@@ -24,6 +24,9 @@ type podWorker struct {
 	// lastPod is the last desired object seen, kept to stop the pod
 	// properly after it disappears from every source.
 	lastPod *corev1.Pod
+	// origin is the source that last had the pod ("" for a pod found
+	// only in the runtime).
+	origin string
 	// waiting holds each container's current waiting reason.
 	waiting map[string]waiting
 	// startErrors keeps why a container attempt failed to start, by

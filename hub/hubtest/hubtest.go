@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,6 +41,8 @@ type Options struct {
 	Loops []hub.Loop
 	// AllowTagImages admits tag-only image references.
 	AllowTagImages bool
+	// Listen is the API's address; a free loopback port when empty.
+	Listen string
 	// Log receives the hub's logs; discarded unless FLOTILLA_TEST_LOG is set.
 	Log *slog.Logger
 }
@@ -54,6 +57,9 @@ func Start(t testing.TB, opts ...Options) *Hub {
 	if o.DataDir == "" {
 		o.DataDir = t.TempDir()
 	}
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1:0"
+	}
 	if o.Log == nil {
 		if os.Getenv("FLOTILLA_TEST_LOG") != "" {
 			o.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -62,7 +68,7 @@ func Start(t testing.TB, opts ...Options) *Hub {
 		}
 	}
 	h, err := hub.New(hub.Config{
-		DataDir: o.DataDir, Listen: "127.0.0.1:0", RunLoops: len(o.Loops) > 0, Loops: o.Loops,
+		DataDir: o.DataDir, Listen: o.Listen, RunLoops: len(o.Loops) > 0, Loops: o.Loops,
 		AllowTagImages: o.AllowTagImages, Log: o.Log,
 	})
 	if err != nil {
@@ -105,11 +111,13 @@ func (h *Hub) Stop() {
 	}
 }
 
-// Restart stops the hub and starts a new one on the same data dir (on a
-// new port); Config and Client are replaced.
+// Restart stops the hub and starts a new one on the same data dir and
+// port, so that clients made for the old one (agents) reconnect to it.
+// A hub already stopped (to play an outage) is started again.
 func (h *Hub) Restart() *Hub {
 	h.Stop()
 	o := h.opts
 	o.DataDir = h.DataDir
+	o.Listen = strings.TrimPrefix(h.Config.Host, "https://")
 	return Start(h.t, o)
 }

@@ -102,6 +102,21 @@ func (m *Manager) Set(pod *corev1.Pod, st corev1.PodStatus) {
 	}
 }
 
+// QueueAll queues a write of every status set, for when the hub's pods
+// have become readable again: statuses set while the hub was away had no
+// pod to be written to.
+func (m *Manager) QueueAll() {
+	m.mu.Lock()
+	uids := make([]types.UID, 0, len(m.pods))
+	for uid := range m.pods {
+		uids = append(uids, uid)
+	}
+	m.mu.Unlock()
+	for _, uid := range uids {
+		m.queue.Add(uid)
+	}
+}
+
 // Get returns the last status set for the pod.
 func (m *Manager) Get(uid types.UID) (corev1.PodStatus, bool) {
 	m.mu.Lock()

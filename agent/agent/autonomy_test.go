@@ -1,0 +1,129 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"flotilla.dev/flotilla/agent/runtime"
+	"flotilla.dev/flotilla/test/testimage"
+)
+
+// TestAgentRestartWithoutHub is the edge case the agent exists for: the
+// agent restarts while the hub is away. The running container must be
+// adopted untouched, a container that dies meanwhile must be restarted
+// from the local cache (its ConfigMap too), and the hub's return must
+// restart nothing.
+func TestAgentRestartWithoutHub(t *testing.T) {
+	d := newTestDevice(t)
+	d.start()
+	bg := context.Background()
+	c := d.hub.Client
+	d.assignPodCIDR("10.88.9.0/24")
+	if _, err := c.CoreV1().ConfigMaps("default").Create(bg, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"greeting": "hello"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := c.CoreV1().Pods("default").Create(bg, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "steady"},
+		Spec: corev1.PodSpec{
+			NodeName: d.name, HostNetwork: true,
+			Containers: []corev1.Container{{
+				Name: "app", Image: d.img, Args: []string{"sleep", "1h"},
+				Env: []corev1.EnvVar{{Name: "GREETING", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}, Key: "greeting"}}}},
+			}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := func(restarts int32) func() bool {
+		return func() bool {
+			p, err := d.hub.Client.CoreV1().Pods("default").Get(bg, "steady", metav1.GetOptions{})
+			if err != nil || len(p.Status.ContainerStatuses) != 1 {
+				return false
+			}
+			s := p.Status.ContainerStatuses[0]
+			return s.Ready && s.State.Running != nil && s.RestartCount == restarts
+		}
+	}
+	waitFor(t, "the pod running", 120*time.Second, running(0))
+
+	client, _ := testimage.Containerd(t)
+	ctx := namespaces.WithNamespace(bg, d.ns)
+	pid := func(attempt uint32) uint32 {
+		ctr, err := client.LoadContainer(ctx, runtime.ContainerID(string(pod.UID), "app", attempt))
+		if err != nil {
+			return 0
+		}
+		task, err := ctr.Task(ctx, nil)
+		if err != nil {
+			return 0
+		}
+		st, err := task.Status(ctx)
+		if err != nil || st.Status != "running" {
+			return 0
+		}
+		return task.Pid()
+	}
+	first := pid(0)
+	if first == 0 {
+		t.Fatal("no running task for the pod's container")
+	}
+
+	// The hub goes away, then the agent restarts.
+	d.stop()
+	d.hub.Stop()
+	d.start()
+	time.Sleep(3 * time.Second)
+	if got := pid(0); got != first {
+		t.Fatalf("after an agent restart without the hub the container's process is %d, want %d (adopted, not restarted)", got, first)
+	}
+
+	// A container that dies while the hub is away comes back.
+	ctr, err := client.LoadContainer(ctx, runtime.ContainerID(string(pod.UID), "app", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := ctr.Task(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := task.Kill(ctx, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the killed container restarted without the hub", 60*time.Second, func() bool { return pid(1) != 0 },
+		func() string { return fmt.Sprintf("attempt 0 pid %d, attempt 1 pid %d", pid(0), pid(1)) })
+	second := pid(1)
+
+	// The hub comes back on the same address: the agent reports the
+	// restart, and restarts nothing.
+	d.hub = d.hub.Restart()
+	waitFor(t, "the hub to see the pod running with one restart", 120*time.Second, running(1), func() string {
+		p, err := d.hub.Client.CoreV1().Pods("default").Get(bg, "steady", metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("status: %+v", p.Status)
+	})
+	time.Sleep(2 * time.Second)
+	if got := pid(1); got != second {
+		t.Fatalf("after the hub came back the container's process is %d, want %d (no restart on reconnect)", got, second)
+	}
+	p, err := d.hub.Client.CoreV1().Pods("default").Get(bg, "steady", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.UID != pod.UID {
+		t.Fatalf("the pod was replaced: uid %s, want %s", p.UID, pod.UID)
+	}
+	d.deletePod("default", "steady")
+}

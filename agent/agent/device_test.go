@@ -1,0 +1,127 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"flotilla.dev/flotilla/agent/runtime"
+	"flotilla.dev/flotilla/agent/runtime/podns"
+	"flotilla.dev/flotilla/hub/hubtest"
+	"flotilla.dev/flotilla/test/testimage"
+)
+
+// testDevice is one device under test: a hub, and an agent in a private
+// network namespace on a private containerd namespace, which the test
+// starts and stops (agent restarts) as it likes.
+type testDevice struct {
+	t                          *testing.T
+	hub                        *hubtest.Hub
+	cfg                        Config
+	name, dir, hostNS, ns, img string
+
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func newTestDevice(t *testing.T) *testDevice {
+	t.Helper()
+	_, ns := testimage.Containerd(t)
+	d := &testDevice{t: t, ns: ns, img: testimage.App(t), dir: t.TempDir()}
+	logger := filepath.Join(d.dir, runtime.LoggerBinary)
+	build := exec.Command("go", "build", "-o", logger, "flotilla.dev/flotilla/cmd/flotilla-logger")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building flotilla-logger: %v\n%s", err, out)
+	}
+	// The device's network namespace: the service proxy's rules go there.
+	d.hostNS = filepath.Join(d.dir, "hostns")
+	if err := podns.CreateNet(d.hostNS); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { podns.Remove(d.hostNS) })
+	if out, err := exec.Command("nsenter", "--net="+d.hostNS, "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		t.Fatalf("lo up: %v\n%s", err, out)
+	}
+	d.hub = hubtest.Start(t)
+	b := make([]byte, 3)
+	rand.Read(b)
+	d.name = "agent-" + hex.EncodeToString(b)
+	d.cfg = Config{
+		NodeName: d.name, DataDir: filepath.Join(d.dir, "data"), ContainerdAddress: testimage.ContainerdSocket, ContainerdNamespace: ns,
+		Labels: map[string]string{"site": "lab"}, NodeIP: "127.0.0.1", ServerListen: "127.0.0.1:0",
+		CNIConfDir: filepath.Join(d.dir, "net.d"), LogDir: filepath.Join(d.dir, "logs"), RunDir: filepath.Join(d.dir, "run"),
+		LoggerPath: logger, NetNSPath: d.hostNS, Credentials: KubeconfigCredentials(d.hub.KubeconfigPath(), ""), Log: testLog(),
+	}
+	t.Cleanup(d.stop)
+	return d
+}
+
+// start runs a new agent process's worth of state: nothing carries over
+// from an earlier start but the data dir and what containerd holds.
+func (d *testDevice) start() {
+	d.t.Helper()
+	a, err := New(d.cfg)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d.cancel, d.done = cancel, make(chan error, 1)
+	go func() { d.done <- a.Run(ctx) }()
+}
+
+// stop stops the agent (idempotent); containers outlive it.
+func (d *testDevice) stop() {
+	if d.cancel == nil {
+		return
+	}
+	d.cancel()
+	d.cancel = nil
+	select {
+	case err := <-d.done:
+		if err != nil {
+			d.t.Errorf("Run: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		d.t.Error("the agent did not stop within 60s")
+	}
+}
+
+// assignPodCIDR does what the hub's node lifecycle controller does once
+// the agent has registered its Node.
+func (d *testDevice) assignPodCIDR(cidr string) {
+	d.t.Helper()
+	bg := context.Background()
+	var n *corev1.Node
+	waitFor(d.t, "the node", 60*time.Second, func() bool {
+		var err error
+		n, err = d.hub.Client.CoreV1().Nodes().Get(bg, d.name, metav1.GetOptions{})
+		return err == nil
+	})
+	n.Spec.PodCIDR, n.Spec.PodCIDRs = cidr, []string{cidr}
+	if _, err := d.hub.Client.CoreV1().Nodes().Update(bg, n, metav1.UpdateOptions{}); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+// deletePod deletes a pod and waits until the agent has stopped it and
+// the hub has let it go, so that nothing of it outlives the test.
+func (d *testDevice) deletePod(namespace, name string) {
+	d.t.Helper()
+	bg := context.Background()
+	if err := d.hub.Client.CoreV1().Pods(namespace).Delete(bg, name, metav1.DeleteOptions{}); err != nil {
+		d.t.Fatal(err)
+	}
+	waitFor(d.t, "pod "+name+" to be gone", 120*time.Second, func() bool {
+		_, err := d.hub.Client.CoreV1().Pods(namespace).Get(bg, name, metav1.GetOptions{})
+		return err != nil
+	})
+}
