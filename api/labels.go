@@ -16,6 +16,11 @@ const (
 
 	// AnnotationMirrorPod marks a pod that mirrors a static pod on a device.
 	AnnotationMirrorPod = "kubernetes.io/config.mirror"
+	// AnnotationConfigSource says where a static pod came from ("file").
+	AnnotationConfigSource = "kubernetes.io/config.source"
+	// AnnotationConfigHash is a static pod's UID, the hash of its manifest;
+	// its mirror pod carries the same value in AnnotationMirrorPod.
+	AnnotationConfigHash = "kubernetes.io/config.hash"
 	// LabelServiceName ties an EndpointSlice to its Service.
 	LabelServiceName = "kubernetes.io/service-name"
 	// LabelManagedBy names the controller that owns an EndpointSlice.
