@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -33,6 +34,7 @@ import (
 	"flotilla.dev/flotilla/agent/routes"
 	"flotilla.dev/flotilla/agent/runtime"
 	"flotilla.dev/flotilla/agent/server"
+	"flotilla.dev/flotilla/agent/static"
 	"flotilla.dev/flotilla/internal/atomicfile"
 	"flotilla.dev/flotilla/internal/version"
 	"flotilla.dev/flotilla/registry"
@@ -97,7 +99,10 @@ type Config struct {
 	// rules live in; the agent's own when empty (tests and simulated
 	// devices give each agent a private one).
 	NetNSPath string
-	// Credentials obtain the hub client config (required).
+	// ManifestsDir holds static pods (static.DefaultDir when empty).
+	ManifestsDir string
+	// Credentials obtain the hub client config; without them the agent
+	// runs standalone: static pods only, no hub.
 	Credentials Credentials
 	Log         *slog.Logger
 }
@@ -106,9 +111,6 @@ func (c Config) withDefaults() (Config, error) {
 	var errs []error
 	if errs2 := validation.IsDNS1123Subdomain(c.NodeName); len(errs2) > 0 {
 		errs = append(errs, fmt.Errorf("node name %q: %s (set --node-name)", c.NodeName, strings.Join(errs2, "; ")))
-	}
-	if c.Credentials == nil {
-		errs = append(errs, errors.New("no hub credentials (give --kubeconfig)"))
 	}
 	if c.NodeIP != "" && net.ParseIP(c.NodeIP) == nil {
 		errs = append(errs, fmt.Errorf("--node-ip %q is not an IP address", c.NodeIP))
@@ -131,7 +133,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.LogDir == "" {
 		c.LogDir = runtime.DefaultLogDir
 	}
-	for _, d := range []struct{ flag, path string }{{"--data-dir", c.DataDir}, {"--log-dir", c.LogDir}, {"--cni-conf-dir", c.CNIConfDir}} {
+	if c.ManifestsDir == "" {
+		c.ManifestsDir = static.DefaultDir
+	}
+	for _, d := range []struct{ flag, path string }{{"--data-dir", c.DataDir}, {"--log-dir", c.LogDir}, {"--cni-conf-dir", c.CNIConfDir}, {"--manifests-dir", c.ManifestsDir}} {
 		if d.path != "" && !filepath.IsAbs(d.path) {
 			errs = append(errs, fmt.Errorf("%s %q must be an absolute path", d.flag, d.path))
 		}
@@ -178,6 +183,9 @@ func New(cfg Config) (*Agent, error) {
 func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if a.cfg.Credentials == nil {
+		return a.runStandalone(ctx)
+	}
 	restCfg, err := a.cfg.Credentials(ctx)
 	if err != nil {
 		return fmt.Errorf("hub credentials: %w", err)
@@ -199,23 +207,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("hub client: %w", err)
 	}
 
-	a.ctrd, err = containerd.New(a.cfg.ContainerdAddress, containerd.WithDefaultNamespace(a.cfg.ContainerdNamespace))
+	rt, puller, runtimeVersion, err := a.openRuntime(ctx)
 	if err != nil {
-		return fmt.Errorf("containerd at %s: %w", a.cfg.ContainerdAddress, err)
+		return err
 	}
 	defer a.ctrd.Close()
-	runtimeVersion, err := a.waitContainerd(ctx)
-	if err != nil {
-		return err
-	}
-	rt, err := runtime.New(runtime.Config{
-		Client: a.ctrd, Namespace: a.cfg.ContainerdNamespace, LogDir: a.cfg.LogDir,
-		RunDir: a.cfg.RunDir, LoggerPath: a.cfg.LoggerPath,
-	})
-	if err != nil {
-		return err
-	}
-	puller, err := registry.NewPuller(a.ctrd, registry.PullerConfig{Namespace: a.cfg.ContainerdNamespace, Registries: a.cfg.Registries})
+	statics, err := a.staticPods()
 	if err != nil {
 		return err
 	}
@@ -283,7 +280,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	run("node", nd.Run)
 	run("service proxy", px.Run)
 	run("pod routes", router.Run)
-	run("pods", func(ctx context.Context) error { return a.runPods(ctx, client, shared, nd, rt, puller, store) })
+	run("pods", func(ctx context.Context) error { return a.runPods(ctx, client, shared, nd, rt, puller, store, statics) })
+	run("mirror pods", func(ctx context.Context) error {
+		return static.NewMirrorer(client, statics, a.cfg.NodeName, a.log.With("component", "mirror")).Run(ctx, statics.changed)
+	})
 	a.log.Info("agent started", "version", version.Version, "runtime", runtimeVersion, "server", srv.Addr().String())
 
 	select {
@@ -294,6 +294,99 @@ func (a *Agent) Run(ctx context.Context) error {
 	cancel()
 	wg.Wait()
 	return err
+}
+
+// openRuntime connects to containerd (waiting for it) and returns the
+// runtime, the image puller and containerd's version.
+func (a *Agent) openRuntime(ctx context.Context) (*runtime.Runtime, *registry.Puller, string, error) {
+	var err error
+	a.ctrd, err = containerd.New(a.cfg.ContainerdAddress, containerd.WithDefaultNamespace(a.cfg.ContainerdNamespace))
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("containerd at %s: %w", a.cfg.ContainerdAddress, err)
+	}
+	runtimeVersion, err := a.waitContainerd(ctx)
+	if err == nil {
+		var rt *runtime.Runtime
+		rt, err = runtime.New(runtime.Config{
+			Client: a.ctrd, Namespace: a.cfg.ContainerdNamespace, LogDir: a.cfg.LogDir,
+			RunDir: a.cfg.RunDir, LoggerPath: a.cfg.LoggerPath,
+		})
+		if err == nil {
+			var puller *registry.Puller
+			puller, err = registry.NewPuller(a.ctrd, registry.PullerConfig{Namespace: a.cfg.ContainerdNamespace, Registries: a.cfg.Registries})
+			if err == nil {
+				return rt, puller, runtimeVersion, nil
+			}
+		}
+	}
+	a.ctrd.Close()
+	return nil, nil, "", err
+}
+
+// staticPods is the static pod source, which also tells the mirror pods'
+// loop when the set changed.
+type staticPods struct {
+	*static.Source
+	changed chan struct{}
+}
+
+func (a *Agent) staticPods() (*staticPods, error) {
+	src, err := static.New(static.Config{Dir: a.cfg.ManifestsDir, NodeName: a.cfg.NodeName, Log: a.log.With("component", "static")})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return &staticPods{Source: src, changed: make(chan struct{}, 1)}, nil
+}
+
+func (s *staticPods) Run(ctx context.Context, notify func(types.UID)) error {
+	return s.Source.Run(ctx, func(uid types.UID) {
+		notify(uid)
+		select {
+		case s.changed <- struct{}{}:
+		default:
+		}
+	})
+}
+
+// runStandalone runs the static pods of a device that has no hub: no
+// Node, no services, nothing reported; the pod network only where the
+// device remembers a pod CIDR from an earlier join.
+func (a *Agent) runStandalone(ctx context.Context) error {
+	if err := os.MkdirAll(a.cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("creating the data dir: %w", err)
+	}
+	rt, puller, _, err := a.openRuntime(ctx)
+	if err != nil {
+		return err
+	}
+	defer a.ctrd.Close()
+	statics, err := a.staticPods()
+	if err != nil {
+		return err
+	}
+	cfg := kubelet.Config{
+		NodeName: a.cfg.NodeName, Runtime: rt, Puller: puller, DisableHubSource: true,
+		Sources: []kubelet.PodSource{statics}, RootDir: filepath.Join(a.cfg.DataDir, "pods"),
+		NetNSPath: a.cfg.NetNSPath, Log: a.log,
+	}
+	if a.cfg.NodeIP != "" {
+		cfg.HostIPs = []string{a.cfg.NodeIP}
+	}
+	if cidr := readCIDR(filepath.Join(a.cfg.DataDir, podCIDRFile)); cidr != "" {
+		network, err := cni.New(cni.Config{ConfDir: a.cfg.CNIConfDir, BinDirs: a.cfg.CNIBinDirs, PodCIDR: cidr})
+		if err != nil {
+			return fmt.Errorf("pod network: %w", err)
+		}
+		cfg.Network = network
+	} else {
+		a.log.Info("no pod CIDR known (the device never joined a hub): only hostNetwork static pods can run")
+	}
+	k, err := kubelet.New(cfg)
+	if err != nil {
+		return err
+	}
+	a.log.Info("agent started standalone: static pods only, no hub", "version", version.Version, "manifests", a.cfg.ManifestsDir)
+	return k.Run(ctx)
 }
 
 // waitContainerd waits for containerd to answer and returns its version
@@ -334,7 +427,7 @@ func (a *Agent) ready(ctx context.Context) error {
 }
 
 // runPods sets up the pod network and runs the kubelet.
-func (a *Agent) runPods(ctx context.Context, client kubernetes.Interface, shared informers.SharedInformerFactory, nd *node.Node, rt *runtime.Runtime, puller *registry.Puller, store *localstore.Store) error {
+func (a *Agent) runPods(ctx context.Context, client kubernetes.Interface, shared informers.SharedInformerFactory, nd *node.Node, rt *runtime.Runtime, puller *registry.Puller, store *localstore.Store, statics *staticPods) error {
 	cidrPath := filepath.Join(a.cfg.DataDir, podCIDRFile)
 	cidr := readCIDR(cidrPath)
 	errc := make(chan error, 3)
@@ -395,7 +488,7 @@ func (a *Agent) runPods(ctx context.Context, client kubernetes.Interface, shared
 	k, err := kubelet.New(kubelet.Config{
 		NodeName: a.cfg.NodeName, Client: client, Runtime: rt, Network: network, Puller: puller,
 		HostIPs: hostIPs, ClusterDNS: []string{gw}, RootDir: filepath.Join(a.cfg.DataDir, "pods"), NetNSPath: a.cfg.NetNSPath, Log: a.log,
-		Store: store,
+		Store: store, Sources: []kubelet.PodSource{statics},
 	})
 	if err != nil {
 		return err

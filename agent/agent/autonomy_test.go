@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -126,4 +127,53 @@ func TestAgentRestartWithoutHub(t *testing.T) {
 		t.Fatalf("the pod was replaced: uid %s, want %s", p.UID, pod.UID)
 	}
 	d.deletePod("default", "steady")
+}
+
+// TestStaticPodsWithoutHub drops a static pod while the hub is away: it
+// runs, and once the hub is back it appears there as a mirror pod. Its
+// removal stops it and removes the mirror.
+func TestStaticPodsWithoutHub(t *testing.T) {
+	d := newTestDevice(t)
+	d.start()
+	d.assignPodCIDR("10.88.10.0/24")
+	d.hub.Stop()
+	path := d.writeStaticPod("edge-cache")
+	mirror := "edge-cache-" + d.name
+	waitFor(t, "the static pod running without the hub", 60*time.Second, func() bool { return d.pods()["default/"+mirror] })
+
+	d.hub = d.hub.Restart()
+	bg := context.Background()
+	waitFor(t, "the mirror pod, running, on the hub", 120*time.Second, func() bool {
+		p, err := d.hub.Client.CoreV1().Pods("default").Get(bg, mirror, metav1.GetOptions{})
+		if err != nil || p.Annotations["kubernetes.io/config.mirror"] == "" || p.Spec.NodeName != d.name {
+			return false
+		}
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Ready
+	})
+
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the static pod stopped and its mirror gone", 60*time.Second, func() bool {
+		_, err := d.hub.Client.CoreV1().Pods("default").Get(bg, mirror, metav1.GetOptions{})
+		_, present := d.pods()["default/"+mirror]
+		return err != nil && !present
+	})
+}
+
+// TestStandaloneAgent runs an agent with no hub at all: its static pod
+// runs, with no error loop.
+func TestStandaloneAgent(t *testing.T) {
+	d := newTestDevice(t)
+	d.cfg.Credentials = nil
+	path := d.writeStaticPod("kiosk")
+	d.start()
+	waitFor(t, "the static pod running on a standalone device", 60*time.Second, func() bool { return d.pods()["default/kiosk-"+d.name] })
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the static pod stopped and removed", 60*time.Second, func() bool {
+		_, present := d.pods()["default/kiosk-"+d.name]
+		return !present
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,6 +61,7 @@ func newTestDevice(t *testing.T) *testDevice {
 		Labels: map[string]string{"site": "lab"}, NodeIP: "127.0.0.1", ServerListen: "127.0.0.1:0",
 		CNIConfDir: filepath.Join(d.dir, "net.d"), LogDir: filepath.Join(d.dir, "logs"), RunDir: filepath.Join(d.dir, "run"),
 		LoggerPath: logger, NetNSPath: d.hostNS, Credentials: KubeconfigCredentials(d.hub.KubeconfigPath(), ""), Log: testLog(),
+		ManifestsDir: filepath.Join(d.dir, "manifests"),
 	}
 	t.Cleanup(d.stop)
 	return d
@@ -124,4 +126,61 @@ func (d *testDevice) deletePod(namespace, name string) {
 		_, err := d.hub.Client.CoreV1().Pods(namespace).Get(bg, name, metav1.GetOptions{})
 		return err != nil
 	})
+}
+
+// pods lists the pods (namespace/name) the device has in containerd, as
+// a technician would read them: true when a container of it runs, false
+// when only stopped containers or its sandbox remain.
+func (d *testDevice) pods() map[string]bool {
+	d.t.Helper()
+	client, _ := testimage.Containerd(d.t)
+	rt, err := runtime.New(runtime.Config{Client: client, Namespace: d.ns, RunDir: d.cfg.RunDir, LogDir: d.cfg.LogDir, LoggerPath: d.cfg.LoggerPath})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	bg := context.Background()
+	cs, err := rt.ListContainers(bg, runtime.ListFilter{})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	sbs, err := rt.ListSandboxes(bg)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, sb := range sbs {
+		out[sb.Pod.Namespace+"/"+sb.Pod.Name] = false
+	}
+	for _, c := range cs {
+		name := c.Pod.Namespace + "/" + c.Pod.Name
+		out[name] = out[name] || c.Status.State == runtime.StateRunning
+	}
+	return out
+}
+
+// writeStaticPod drops a host-network pod that sleeps into the device's
+// manifests dir.
+func (d *testDevice) writeStaticPod(name string) string {
+	d.t.Helper()
+	if err := os.MkdirAll(d.cfg.ManifestsDir, 0o755); err != nil {
+		d.t.Fatal(err)
+	}
+	path := filepath.Join(d.cfg.ManifestsDir, name+".yaml")
+	manifest := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+  namespace: default
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: %s
+    args: [sleep, 1h]
+`, name, d.img)
+	if err := os.WriteFile(path, []byte(manifest), 0o644); err != nil {
+		d.t.Fatal(err)
+	}
+	return path
 }

@@ -24,7 +24,8 @@ const DefaultRootDir = "/var/lib/flotilla/agent/pods"
 type Config struct {
 	// NodeName is this device's Node name (required).
 	NodeName string
-	// Client talks to the hub (required; it may be unreachable at times).
+	// Client talks to the hub (it may be unreachable at times); nil only
+	// for a standalone device (DisableHubSource), which reports nothing.
 	Client kubernetes.Interface
 	// Runtime, Network and Puller run pods (Runtime and Puller required;
 	// without Network only hostNetwork pods can start).
@@ -93,8 +94,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.NodeName == "" {
 		problems = append(problems, errors.New("NodeName is required"))
 	}
-	if c.Client == nil {
-		problems = append(problems, errors.New("Client is required"))
+	if c.Client == nil && !c.DisableHubSource {
+		problems = append(problems, errors.New("Client is required with the hub source"))
 	}
 	if c.Runtime == nil {
 		problems = append(problems, errors.New("Runtime is required"))

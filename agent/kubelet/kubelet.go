@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -125,12 +126,24 @@ func New(cfg Config) (*Kubelet, error) {
 	return k, nil
 }
 
-// hubPod is the status manager's view of a pod on the hub.
+// hubPod is the status manager's view of a pod on the hub: the pod
+// itself, or for a static pod its mirror, which carries its status.
 func (k *Kubelet) hubPod(uid types.UID) (*corev1.Pod, bool) {
 	if k.hub == nil {
 		return nil, false
 	}
-	return k.hub.Get(uid)
+	if p, ok := k.hub.Get(uid); ok {
+		return p, true
+	}
+	for _, s := range k.sources {
+		if s == PodSource(k.hub) || s == PodSource(k.cache) {
+			continue
+		}
+		if p, ok := s.Get(uid); ok {
+			return k.hub.mirrorOf(p)
+		}
+	}
+	return nil, false
 }
 
 // Run runs the kubelet until ctx ends. Pods keep running after it
@@ -138,9 +151,12 @@ func (k *Kubelet) hubPod(uid types.UID) (*corev1.Pod, bool) {
 func (k *Kubelet) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if k.cfg.Recorder != nil {
+	switch {
+	case k.cfg.Recorder != nil:
 		k.recorder = k.cfg.Recorder
-	} else {
+	case k.cfg.Client == nil:
+		k.recorder = logRecorder{k.log}
+	default:
 		b := record.NewBroadcaster(record.WithContext(ctx))
 		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: k.cfg.Client.CoreV1().Events("")})
 		k.recorder = b.NewRecorder(api.Scheme, corev1.EventSource{Component: "kubelet", Host: k.cfg.NodeName})
@@ -303,7 +319,7 @@ func (k *Kubelet) nodeHostIPs(ctx context.Context) []string {
 	k.mu.Lock()
 	ips, last := k.hostIPs, k.hostIPsRead
 	k.mu.Unlock()
-	if len(ips) > 0 || time.Since(last) < 30*time.Second {
+	if len(ips) > 0 || time.Since(last) < 30*time.Second || k.cfg.Client == nil {
 		return ips
 	}
 	k.mu.Lock()
@@ -371,3 +387,31 @@ func (r probeReporter) ProbeFailed(pod *corev1.Pod, container string, kind probe
 // errWaiting marks a sync that left a container waiting for a reason
 // already recorded (and evented); the worker retries after the delay.
 var errWaiting = errors.New("container is waiting")
+
+// logRecorder reports a standalone device's events in its log, the only
+// place anyone will read them.
+type logRecorder struct{ log *slog.Logger }
+
+func (r logRecorder) Event(obj kruntime.Object, typ, reason, message string) {
+	level := slog.LevelInfo
+	if typ == corev1.EventTypeWarning {
+		level = slog.LevelWarn
+	}
+	ref, _ := obj.(*corev1.ObjectReference)
+	var what string
+	if ref != nil {
+		what = ref.Namespace + "/" + ref.Name
+		if ref.FieldPath != "" {
+			what += " " + ref.FieldPath
+		}
+	}
+	r.log.Log(context.Background(), level, message, "event", reason, "object", what)
+}
+
+func (r logRecorder) Eventf(obj kruntime.Object, typ, reason, format string, args ...any) {
+	r.Event(obj, typ, reason, fmt.Sprintf(format, args...))
+}
+
+func (r logRecorder) AnnotatedEventf(obj kruntime.Object, _ map[string]string, typ, reason, format string, args ...any) {
+	r.Eventf(obj, typ, reason, format, args...)
+}

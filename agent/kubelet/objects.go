@@ -220,6 +220,9 @@ func (c *objectCache) ensureLocked(k objKey) *objWatch {
 }
 
 func (c *objectCache) get(ctx context.Context, k objKey) (any, error) {
+	if c.client == nil {
+		return nil, fmt.Errorf("%s %s/%s: this device runs without a hub, and only the hub serves ConfigMaps and Secrets", singular(k.kind), k.namespace, k.name)
+	}
 	c.mu.Lock()
 	w := c.ensureLocked(k)
 	if len(w.users) == 0 {

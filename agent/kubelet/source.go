@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"flotilla.dev/flotilla/agent/localstore"
+	"flotilla.dev/flotilla/api"
 )
 
 // PodSource is one origin of the pods this device should run. The kubelet
@@ -136,7 +137,7 @@ func (s *HubSource) persist(store *localstore.Store, log *slog.Logger) error {
 
 func (s *HubSource) remember(obj any) {
 	p, ok := obj.(*corev1.Pod)
-	if !ok || s.store == nil {
+	if !ok || s.store == nil || isMirror(p) {
 		return
 	}
 	if err := localstore.Put(s.store, localstore.Pods, p); err != nil {
@@ -154,7 +155,17 @@ func (s *HubSource) forget(p *corev1.Pod) {
 	}
 }
 
+// Get returns a pod the hub wants run here. Mirror pods are not among
+// them: they stand for static pods, which the static source runs.
 func (s *HubSource) Get(uid types.UID) (*corev1.Pod, bool) {
+	p, ok := s.get(uid)
+	if !ok || isMirror(p) {
+		return nil, false
+	}
+	return p, true
+}
+
+func (s *HubSource) get(uid types.UID) (*corev1.Pod, bool) {
 	objs, err := s.informer.GetIndexer().ByIndex(uidIndex, string(uid))
 	if err != nil || len(objs) == 0 {
 		return nil, false
@@ -166,9 +177,27 @@ func (s *HubSource) List() []*corev1.Pod {
 	objs := s.informer.GetStore().List()
 	out := make([]*corev1.Pod, 0, len(objs))
 	for _, o := range objs {
-		out = append(out, o.(*corev1.Pod))
+		if p := o.(*corev1.Pod); !isMirror(p) {
+			out = append(out, p)
+		}
 	}
 	return out
+}
+
+// mirrorOf returns the hub's mirror of a static pod: same namespace and
+// name, marked as a mirror.
+func (s *HubSource) mirrorOf(static *corev1.Pod) (*corev1.Pod, bool) {
+	obj, ok, err := s.informer.GetStore().GetByKey(static.Namespace + "/" + static.Name)
+	if err != nil || !ok {
+		return nil, false
+	}
+	p := obj.(*corev1.Pod)
+	return p, isMirror(p)
+}
+
+func isMirror(p *corev1.Pod) bool {
+	_, ok := p.Annotations[api.AnnotationMirrorPod]
+	return ok
 }
 
 // sources merges PodSources in priority order.

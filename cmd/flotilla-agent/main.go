@@ -18,6 +18,7 @@ import (
 	"flotilla.dev/flotilla/agent/join"
 	"flotilla.dev/flotilla/agent/node"
 	"flotilla.dev/flotilla/agent/server"
+	"flotilla.dev/flotilla/agent/static"
 	"flotilla.dev/flotilla/internal/config"
 	"flotilla.dev/flotilla/internal/version"
 	"flotilla.dev/flotilla/registry"
@@ -40,7 +41,8 @@ func newRoot() *cobra.Command {
 		Use:   "flotilla-agent",
 		Short: "The Flotilla agent: runs the pods its hub binds to this device",
 		Long: `The Flotilla agent registers this device as a Node of its hub and runs the
-pods bound to it on containerd.
+pods bound to it on containerd, and the static pods in --manifests-dir. With
+no hub (no --hub, --token or --kubeconfig) it runs the static pods alone.
 
 Run it with "flotilla-agent run" (or, as the kubelet, with flags only).`,
 		SilenceUsage:  true,
@@ -103,6 +105,7 @@ also be a map, and registries configures registry hosts:
 	f.String("server-listen", server.DefaultListen, "HTTPS address of the agent server (logs for the hub)")
 	f.Int("max-pods", node.DefaultMaxPods, "pods this device runs at most")
 	f.String("log-level", "info", "debug, info, warn or error")
+	f.String("manifests-dir", static.DefaultDir, "directory of static pods (*.yaml): they run with or without a hub")
 	// registries is a config-file key only (a map); declared so that the
 	// file's unknown-key check accepts it.
 	f.String("registries", "", "registry hosts (config file only; see --help)")
@@ -160,6 +163,7 @@ func agentConfig(v *viper.Viper) (agent.Config, error) {
 		CNIBinDirs:          v.GetStringSlice("cni-bin-dir"),
 		LogDir:              v.GetString("log-dir"),
 		MaxPods:             v.GetInt("max-pods"),
+		ManifestsDir:        v.GetString("manifests-dir"),
 		Registries:          regs,
 	}
 	kubeconfig, token := v.GetString("kubeconfig"), v.GetString("token")
@@ -171,6 +175,8 @@ func agentConfig(v *viper.Viper) (agent.Config, error) {
 			Hub: v.GetString("hub"), Token: token, CAHash: v.GetString("ca-hash"),
 			NodeName: cfg.NodeName, DataDir: cfg.DataDir, Log: slog.Default(),
 		})
+	case v.GetString("hub") == "":
+		// No hub at all: a standalone device runs its static pods.
 	default:
 		return cfg, errors.New("no hub credentials: join with --hub, --token and --ca-hash (from `flotilla-hub token create`), or give --kubeconfig")
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,6 +29,7 @@ func load(t *testing.T, file string, args ...string) (map[string]string, error) 
 	out := map[string]string{
 		"node": cfg.NodeName, "data": cfg.DataDir, "ns": cfg.ContainerdNamespace, "ip": cfg.NodeIP,
 		"listen": cfg.ServerListen, "bins": strings.Join(cfg.CNIBinDirs, ":"), "logs": cfg.LogDir,
+		"manifests": cfg.ManifestsDir, "standalone": fmt.Sprint(cfg.Credentials == nil),
 	}
 	for k, v := range cfg.Labels {
 		out["label:"+k] = v
@@ -36,9 +38,6 @@ func load(t *testing.T, file string, args ...string) (map[string]string, error) 
 		if hc.PlainHTTP {
 			out["plain:"+h] = "true"
 		}
-	}
-	if cfg.Credentials == nil {
-		t.Error("no credentials")
 	}
 	return out, nil
 }
@@ -63,7 +62,7 @@ registries:
 	for k, want := range map[string]string{
 		"node": "dev-7", "data": "/srv/agent", "ns": "flotilla", "label:site": "berlin", "label:line": "3",
 		"listen": ":10250", "bins": "/opt/cni/bin", "logs": "/var/log/flotilla/pods", "plain:registry.local:5000": "true",
-		"plain:10.99.0.1:5055": "true",
+		"plain:10.99.0.1:5055": "true", "standalone": "false", "manifests": "/etc/flotilla/manifests",
 	} {
 		if got[k] != want {
 			t.Errorf("%s = %q, want %q (all: %v)", k, got[k], want, got)
@@ -94,15 +93,25 @@ func TestConfigErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		"unknown key":    {bad, nil, `unknown key "node-nmae"`},
-		"missing file":   {filepath.Join(dir, "nope.yaml"), nil, "nope.yaml"},
-		"no credentials": {"", nil, "give --kubeconfig"},
-		"bad labels":     {"", []string{"--kubeconfig", "/x", "--labels", "novalue"}, "not key=value"},
+		"unknown key":             {bad, nil, `unknown key "node-nmae"`},
+		"missing file":            {filepath.Join(dir, "nope.yaml"), nil, "nope.yaml"},
+		"hub without credentials": {"", []string{"--hub", "https://hub:6443"}, "give --kubeconfig"},
+		"bad labels":              {"", []string{"--kubeconfig", "/x", "--labels", "novalue"}, "not key=value"},
 	} {
 		_, err := load(t, tc.file, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error with %q", name, err, tc.want)
 		}
+	}
+}
+
+func TestNoHubIsStandalone(t *testing.T) {
+	cfg, err := load(t, "", "--manifests-dir", "/srv/manifests")
+	if err != nil {
+		t.Fatalf("no hub, no credentials: %v, want a standalone configuration", err)
+	}
+	if cfg["standalone"] != "true" || cfg["manifests"] != "/srv/manifests" {
+		t.Errorf("standalone %s, manifests dir %q; want true and /srv/manifests", cfg["standalone"], cfg["manifests"])
 	}
 }
 
@@ -122,7 +131,7 @@ func TestVersionAndHelp(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range []string{"--hub", "--token", "--ca-hash", "--node-name", "--data-dir", "--containerd-namespace", "--containerd-address",
-		"--labels", "--kubeconfig", "--node-ip", "--server-listen", "--cni-conf-dir", "--cni-bin-dir", "--log-dir"} {
+		"--labels", "--kubeconfig", "--node-ip", "--server-listen", "--cni-conf-dir", "--cni-bin-dir", "--log-dir", "--manifests-dir"} {
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("run --help lacks %s", f)
 		}

@@ -194,8 +194,10 @@ func (m *Manager) sync(ctx context.Context, uid types.UID) error {
 	writtenRV := e.writtenRV
 	m.mu.Unlock()
 
+	// The getter answers by UID: the pod itself, or the mirror pod that
+	// stands for a static pod on the hub (another UID).
 	pod, ok := m.get(uid)
-	if !ok || pod.UID != uid {
+	if !ok {
 		// Not (or no longer) on the hub: nothing to write to.
 		return nil
 	}
