@@ -36,14 +36,14 @@ func TestConfigErrors(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		"no name":        {Config{Credentials: creds}, "node name"},
-		"bad name":       {Config{NodeName: "Dev_1", Credentials: creds}, "node name"},
-		"no credentials": {Config{NodeName: "dev1"}, "no hub credentials"},
-		"bad ip":         {Config{NodeName: "dev1", Credentials: creds, NodeIP: "1.2.3"}, "--node-ip"},
-		"bad listen":     {Config{NodeName: "dev1", Credentials: creds, ServerListen: "10250"}, "--server-listen"},
-		"relative dir":   {Config{NodeName: "dev1", Credentials: creds, DataDir: "state"}, "--data-dir"},
-		"bad label":      {Config{NodeName: "dev1", Credentials: creds, Labels: map[string]string{"kubernetes.io/os": "x"}}, "set by the agent"},
-		"max pods":       {Config{NodeName: "dev1", Credentials: creds, MaxPods: -1}, "--max-pods"},
+		"no name":                {Config{Credentials: creds}, "node name"},
+		"bad name":               {Config{NodeName: "Dev_1", Credentials: creds}, "node name"},
+		"relative manifests dir": {Config{NodeName: "dev1", ManifestsDir: "manifests"}, "--manifests-dir"},
+		"bad ip":                 {Config{NodeName: "dev1", Credentials: creds, NodeIP: "1.2.3"}, "--node-ip"},
+		"bad listen":             {Config{NodeName: "dev1", Credentials: creds, ServerListen: "10250"}, "--server-listen"},
+		"relative dir":           {Config{NodeName: "dev1", Credentials: creds, DataDir: "state"}, "--data-dir"},
+		"bad label":              {Config{NodeName: "dev1", Credentials: creds, Labels: map[string]string{"kubernetes.io/os": "x"}}, "set by the agent"},
+		"max pods":               {Config{NodeName: "dev1", Credentials: creds, MaxPods: -1}, "--max-pods"},
 	} {
 		_, err := New(tc.cfg)
 		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {

@@ -1,0 +1,155 @@
+package kubelettest
+
+import (
+	"context"
+	"sort"
+	"sync"
+
+	"github.com/opencontainers/go-digest"
+
+	"flotilla.dev/flotilla/agent/kubelet"
+	"flotilla.dev/flotilla/registry"
+)
+
+var _ kubelet.Images = (*Images)(nil)
+
+// ImageSize is the Size of every image the fake pulls.
+const ImageSize = 1 << 20
+
+// Images is an in-memory kubelet.Images: a set of present images, keyed
+// by normalised reference (registry.Reference.PullName), that Pull adds
+// to. Pulled images have no containerd Image, so Pulled.Name is the
+// reference's PullName; their digest is the reference's, or one derived
+// from the reference when it has only a tag.
+type Images struct {
+	faults
+
+	mu       sync.Mutex
+	present  map[string]registry.Pulled
+	pullErrs map[string]error
+	pulls    map[string]int
+}
+
+// NewImages returns a fake with the images present.
+func NewImages(present ...string) *Images {
+	im := &Images{present: map[string]registry.Pulled{}, pullErrs: map[string]error{}, pulls: map[string]int{}}
+	for _, image := range present {
+		if err := im.Add(image); err != nil {
+			panic(err)
+		}
+	}
+	return im
+}
+
+// Present answers from the set of present images.
+func (im *Images) Present(_ context.Context, ref registry.Reference) (registry.Pulled, bool, error) {
+	if err := im.enter("Present"); err != nil {
+		return registry.Pulled{}, false, err
+	}
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	p, ok := im.present[ref.PullName()]
+	if !ok {
+		return registry.Pulled{}, false, nil
+	}
+	p.Fetched = false
+	return p, true, nil
+}
+
+// Pull makes the image present, or fails with the injected error
+// (FailNext, FailAlways, SetPullError). An unparsable reference fails
+// with registry.ErrInvalidReference, as the real puller does.
+func (im *Images) Pull(_ context.Context, image string) (registry.Pulled, error) {
+	if err := im.enter("Pull"); err != nil {
+		return registry.Pulled{}, err
+	}
+	ref, err := registry.ParseReference(image)
+	if err != nil {
+		return registry.Pulled{}, err
+	}
+	key := ref.PullName()
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	im.pulls[key]++
+	if err := im.pullErrs[key]; err != nil {
+		return registry.Pulled{}, err
+	}
+	if p, ok := im.present[key]; ok {
+		p.Fetched = false
+		return p, nil
+	}
+	p := pulled(ref)
+	im.present[key] = p
+	p.Fetched = true
+	return p, nil
+}
+
+// Add makes images present without a pull.
+func (im *Images) Add(images ...string) error {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	for _, image := range images {
+		ref, err := registry.ParseReference(image)
+		if err != nil {
+			return err
+		}
+		im.present[ref.PullName()] = pulled(ref)
+	}
+	return nil
+}
+
+// Remove makes an image absent (as after image garbage collection).
+func (im *Images) Remove(image string) {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	delete(im.present, imageKey(image))
+}
+
+// Has reports whether the image is present; an image's containerd name
+// (Pulled.Name) and its reference both work.
+func (im *Images) Has(image string) bool {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	_, ok := im.present[imageKey(image)]
+	return ok
+}
+
+// List returns the present images' normalised references, sorted.
+func (im *Images) List() []string {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	out := make([]string, 0, len(im.present))
+	for k := range im.present {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// SetPullError makes every Pull of the image fail with err (one wrapping
+// registry.ErrImageNotFound, say) until it is set to nil.
+func (im *Images) SetPullError(image string, err error) {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	if err == nil {
+		delete(im.pullErrs, imageKey(image))
+		return
+	}
+	im.pullErrs[imageKey(image)] = err
+}
+
+// Pulls is how many times Pull was asked for the image (after injected
+// FailNext and FailAlways errors, which are not counted here).
+func (im *Images) Pulls(image string) int {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	return im.pulls[imageKey(image)]
+}
+
+func pulled(ref registry.Reference) registry.Pulled {
+	d := ref.Digest
+	if d == "" {
+		d = digest.FromString(ref.PullName())
+	}
+	return registry.Pulled{Ref: ref, Digest: d, Size: ImageSize}
+}
