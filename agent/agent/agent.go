@@ -386,7 +386,17 @@ func (a *Agent) runStandalone(ctx context.Context) error {
 		return err
 	}
 	a.log.Info("agent started standalone: static pods only, no hub", "version", version.Version, "manifests", a.cfg.ManifestsDir)
-	return k.Run(ctx)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2)
+	go func() { errc <- k.Run(ctx) }()
+	go func() { errc <- a.serveLocal(ctx, k) }()
+	err = <-errc
+	cancel()
+	if err2 := <-errc; err == nil {
+		err = err2
+	}
+	return err
 }
 
 // waitContainerd waits for containerd to answer and returns its version
@@ -494,6 +504,11 @@ func (a *Agent) runPods(ctx context.Context, client kubernetes.Interface, shared
 		return err
 	}
 	go func() { errc <- k.Run(ctx) }()
+	go func() {
+		if err := a.serveLocal(ctx, k); err != nil {
+			errc <- err
+		}
+	}()
 	return <-errc
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -176,4 +177,58 @@ func TestStandaloneAgent(t *testing.T) {
 		_, present := d.pods()["default/kiosk-"+d.name]
 		return !present
 	})
+}
+
+// TestDevicePods is what a technician on site sees with `flotilla-agent
+// pods`: from the running agent, then, with agent and hub gone, from
+// what they left on the device.
+func TestDevicePods(t *testing.T) {
+	d := newTestDevice(t)
+	d.start()
+	d.assignPodCIDR("10.88.11.0/24")
+	bg := context.Background()
+	if _, err := d.hub.Client.CoreV1().Pods("default").Create(bg, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "from-hub"},
+		Spec: corev1.PodSpec{NodeName: d.name, HostNetwork: true, TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{Name: "app", Image: d.img, Args: []string{"sleep", "1h"}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d.writeStaticPod("local")
+	view := DeviceView{DataDir: d.cfg.DataDir, ManifestsDir: d.cfg.ManifestsDir, NodeName: d.name,
+		ContainerdAddress: testimage.ContainerdSocket, ContainerdNamespace: d.ns, LoggerPath: d.cfg.LoggerPath}
+	sources := func(want map[string]string, live bool) func() bool {
+		return func() bool {
+			rep, err := DevicePods(bg, view)
+			if err != nil || rep.Live != live || len(rep.Pods) != len(want) || len(rep.Problems) > 0 {
+				return false
+			}
+			for _, p := range rep.Pods {
+				if want[p.Name] != p.Source || p.Phase != corev1.PodRunning || (live && !p.Ready) || p.Restarts != 0 {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	show := func() string {
+		rep, err := DevicePods(bg, view)
+		return fmt.Sprintf("%+v, err %v", rep, err)
+	}
+	waitFor(t, "both pods ready, from the running agent", 60*time.Second,
+		sources(map[string]string{"from-hub": "hub", "local-" + d.name: "static"}, true), show)
+
+	d.stop()
+	d.hub.Stop()
+	waitFor(t, "both pods running, read from the device", 30*time.Second,
+		sources(map[string]string{"from-hub": "cache", "local-" + d.name: "static"}, false), show)
+
+	// Leave nothing running: the agent comes back and removes both.
+	d.hub = d.hub.Restart()
+	d.start()
+	if err := os.Remove(filepath.Join(d.cfg.ManifestsDir, "local.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	d.deletePod("default", "from-hub")
+	waitFor(t, "the device empty", 60*time.Second, func() bool { return len(d.pods()) == 0 })
 }

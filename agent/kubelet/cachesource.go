@@ -30,7 +30,6 @@ type CacheSource struct {
 	// (not a first start that never reached it): only then does a pod
 	// missing from the cache mean the hub does not want it.
 	complete bool
-	handed   bool // the hub has synced and taken over
 }
 
 var (
@@ -99,7 +98,8 @@ func (c *CacheSource) handOver(notify func(types.UID)) error {
 	}
 	c.mu.Lock()
 	served := c.pods
-	c.pods, c.handed = map[types.UID]*corev1.Pod{}, true
+	// The store now holds a whole list from the hub.
+	c.pods, c.complete = map[types.UID]*corev1.Pod{}, true
 	c.mu.Unlock()
 	if len(served) > 0 {
 		c.log.Info("the hub answered; it is the pods' source again", "cached", len(served), "hub", len(hubPods))

@@ -89,6 +89,10 @@ func (s *HubSource) Run(ctx context.Context, notify func(types.UID)) error {
 		return p.UID, true
 	}
 	changed := func(obj any) {
+		if p, ok := obj.(*corev1.Pod); ok && isMirror(p) {
+			// Not ours to run; the static source has the real pod.
+			return
+		}
 		if uid, ok := uidOf(obj); ok {
 			// Written again here (a no-op when unchanged) in case the
 			// cache's re-list replaced the store between the transform
@@ -104,7 +108,7 @@ func (s *HubSource) Run(ctx context.Context, notify func(types.UID)) error {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
-			if p, ok := obj.(*corev1.Pod); ok {
+			if p, ok := obj.(*corev1.Pod); ok && !isMirror(p) {
 				s.forget(p)
 				notify(p.UID)
 			}

@@ -34,8 +34,10 @@ type podWorker struct {
 	startErrors map[string]string
 	errDelay    time.Duration
 
-	mu    sync.Mutex // guards state, read by PodCounts
+	mu    sync.Mutex // guards state and lastErr, read by PodCounts and LocalPods
 	state podState
+	// lastErr is why the last sync failed ("" after a good one).
+	lastErr string
 }
 
 type podState int
@@ -150,11 +152,17 @@ func (p *podWorkers) loop(ctx context.Context, w *podWorker) {
 				w.errDelay = p.errMax
 			}
 			next = w.errDelay
+			w.mu.Lock()
+			w.lastErr = err.Error()
+			w.mu.Unlock()
 			if p.onErr != nil {
 				p.onErr(w.uid, err)
 			}
 		} else {
 			w.errDelay = 0
+			w.mu.Lock()
+			w.lastErr = ""
+			w.mu.Unlock()
 			if res.done {
 				p.mu.Lock()
 				if len(w.poke) == 0 {
@@ -210,6 +218,25 @@ func (p *podWorkers) counts() (pending, running, terminating int) {
 		}
 	}
 	return
+}
+
+// lastErrors returns the pods whose last sync failed, and why.
+func (p *podWorkers) lastErrors() map[types.UID]string {
+	p.mu.Lock()
+	ws := make([]*podWorker, 0, len(p.workers))
+	for _, w := range p.workers {
+		ws = append(ws, w)
+	}
+	p.mu.Unlock()
+	out := map[types.UID]string{}
+	for _, w := range ws {
+		w.mu.Lock()
+		if w.lastErr != "" {
+			out[w.uid] = w.lastErr
+		}
+		w.mu.Unlock()
+	}
+	return out
 }
 
 // wait waits for every worker to return after ctx ended.

@@ -274,6 +274,12 @@ func (s *Source) Run(ctx context.Context, notify func(types.UID)) error {
 	}
 }
 
+// Load reads the directory once, for a tool that wants the set without
+// running the source (`flotilla-agent pods` on a stopped agent).
+func (s *Source) Load() {
+	s.sync(nil, func(types.UID) {})
+}
+
 // sync reads the directory, replaces the pod set and notifies changes.
 func (s *Source) sync(w *fsnotify.Watcher, notify func(types.UID)) {
 	files, dirErr := s.readDir(w)

@@ -526,3 +526,21 @@ func TestConcurrentReaders(t *testing.T) {
 	wg.Wait()
 	waitFor(t, "settled", func() bool { return len(src.List()) == 1 })
 }
+
+func TestLoadReadsOnce(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "web.yaml"), []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  containers: [{name: app, image: \"registry.local/app@sha256:"+strings.Repeat("a", 64)+"\"}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Dir: dir, NodeName: "dev1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Load()
+	if !s.HasSynced() {
+		t.Error("not synced after Load")
+	}
+	if pods := s.List(); len(pods) != 1 || pods[0].Name != "web-dev1" {
+		t.Fatalf("Load found %v, want web-dev1", pods)
+	}
+}

@@ -61,7 +61,7 @@ Run it with "flotilla-agent run" (or, as the kubelet, with flags only).`,
 		}
 		return runAgent(cmd)
 	}
-	root.AddCommand(run, newVersion(), newCleanup())
+	root.AddCommand(run, newVersion(), newCleanup(), newPods())
 	return root
 }
 
@@ -92,14 +92,13 @@ also be a map, and registries configures registry hosts:
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runAgent(cmd) },
 	}
-	hostname, _ := os.Hostname()
 	f := cmd.Flags()
 	addDeviceFlags(f) // config, data-dir, containerd-*, cni-*, log-dir
 	f.String("hub", "", "URL of the hub's API (overrides the kubeconfig's server)")
 	f.String("token", "", "join token from 'flotilla-hub token create'")
 	f.String("ca-hash", "", "sha256:HASH of the hub's CA, pinned when joining with --token")
 	f.String("kubeconfig", "", "kubeconfig with the agent's credentials for the hub")
-	f.String("node-name", strings.ToLower(hostname), "name of this device's Node")
+	f.String("node-name", defaultNodeName(), "name of this device's Node")
 	f.String("labels", "", "labels of the Node: k=v,k2=v2")
 	f.String("node-ip", "", "address the hub reaches this device on (default: the default route's)")
 	f.String("server-listen", server.DefaultListen, "HTTPS address of the agent server (logs for the hub)")
@@ -231,4 +230,10 @@ func newLogger(level string) *slog.Logger {
 		l = slog.LevelInfo
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+// defaultNodeName is the host's name, as a Node name must be spelled.
+func defaultNodeName() string {
+	hostname, _ := os.Hostname()
+	return strings.ToLower(hostname)
 }
