@@ -28,6 +28,7 @@ import (
 	"flotilla.dev/flotilla/agent/cni"
 	"flotilla.dev/flotilla/agent/dns"
 	"flotilla.dev/flotilla/agent/kubelet"
+	"flotilla.dev/flotilla/agent/localcache"
 	"flotilla.dev/flotilla/agent/localstore"
 	"flotilla.dev/flotilla/agent/node"
 	"flotilla.dev/flotilla/agent/proxy"
@@ -251,6 +252,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	// One set of informers for the proxy, the routes and the DNS server.
 	shared := informers.NewSharedInformerFactory(client, 0)
+	// From the local store first: after a reboot without the hub the
+	// proxy, routes and DNS start from what the hub last said.
+	if err := localcache.Install(shared, client, store, a.log); err != nil {
+		return err
+	}
 	px, err := proxy.New(proxy.Config{
 		NodeName: a.cfg.NodeName, NodeIP: a.cfg.NodeIP, Informers: shared, NetNSPath: a.cfg.NetNSPath,
 		Log: a.log.With("component", "proxy"),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -12,8 +13,13 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
 
 	"flotilla.dev/flotilla/agent/runtime"
+	"flotilla.dev/flotilla/hub"
+	"flotilla.dev/flotilla/hub/controllers/manager"
+	"flotilla.dev/flotilla/hub/hubtest"
 	"flotilla.dev/flotilla/test/testimage"
 )
 
@@ -230,5 +236,70 @@ func TestDevicePods(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.deletePod("default", "from-hub")
+	waitFor(t, "the device empty", 60*time.Second, func() bool { return len(d.pods()) == 0 })
+}
+
+// endpointSlicesOnly runs the hub's EndpointSlice controller, so that a
+// Service has endpoints, and nothing that would move or evict the test's
+// pods.
+func endpointSlicesOnly() hubtest.Options {
+	return hubtest.Options{Loops: []hub.Loop{{Name: "controllers", Run: func(ctx context.Context, cfg *rest.Config) error {
+		return manager.Run(ctx, cfg, manager.Options{Disable: []string{
+			manager.Deployment, manager.ReplicaSet, manager.DaemonSet, manager.GarbageCollector, manager.NodeLifecycle, manager.Scheduler,
+		}})
+	}}}}
+}
+
+// TestRebootWithoutHub cuts the power of a device whose hub is away: when
+// it comes back, its cached and static pods run again and its Service
+// answers, all from what the device kept on disk.
+func TestRebootWithoutHub(t *testing.T) {
+	d := newTestDevice(t, endpointSlicesOnly())
+	d.start()
+	d.assignPodCIDR("10.88.12.0/24")
+	bg := context.Background()
+	c := d.hub.Client
+	svc, err := c.CoreV1().Services("default").Create(bg, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().Pods("default").Create(bg, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{"app": "web"}},
+		Spec: corev1.PodSpec{NodeName: d.name, TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{Name: "app", Image: d.img, Ports: []corev1.ContainerPort{{ContainerPort: 8080}}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d.writeStaticPod("edge")
+	url := "http://" + svc.Spec.ClusterIP + ":80/"
+	answers := func() bool { _, err := d.get(url); return err == nil }
+	waitFor(t, "the Service answering", 120*time.Second, answers)
+
+	d.stop()
+	d.hub.Stop()
+	d.powerCut()
+	if answers() {
+		t.Fatal("the Service still answers after the power cut: the test did not cut enough")
+	}
+	d.start()
+	waitFor(t, "the Service answering after the reboot, without the hub", 120*time.Second, answers, func() string {
+		rep, err := DevicePods(bg, DeviceView{DataDir: d.cfg.DataDir, ManifestsDir: d.cfg.ManifestsDir, NodeName: d.name,
+			ContainerdAddress: testimage.ContainerdSocket, ContainerdNamespace: d.ns, LoggerPath: d.cfg.LoggerPath})
+		nat, _ := exec.Command("nsenter", "--net="+d.hostNS, "iptables-save", "-t", "nat").CombinedOutput()
+		addrs, _ := exec.Command("nsenter", "--net="+d.hostNS, "ip", "-br", "addr").CombinedOutput()
+		return fmt.Sprintf("device: %+v %v\n%s\n%s", rep, err, nat, addrs)
+	})
+	waitFor(t, "the static pod running after the reboot", 60*time.Second, func() bool { return d.pods()["default/edge-"+d.name] })
+
+	// Leave nothing behind.
+	d.hub = d.hub.Restart()
+	if err := os.Remove(filepath.Join(d.cfg.ManifestsDir, "edge.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	d.deletePod("default", "web")
 	waitFor(t, "the device empty", 60*time.Second, func() bool { return len(d.pods()) == 0 })
 }

@@ -5,12 +5,20 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -33,7 +41,7 @@ type testDevice struct {
 	done   chan error
 }
 
-func newTestDevice(t *testing.T) *testDevice {
+func newTestDevice(t *testing.T, hub ...hubtest.Options) *testDevice {
 	t.Helper()
 	_, ns := testimage.Containerd(t)
 	d := &testDevice{t: t, ns: ns, img: testimage.App(t), dir: t.TempDir()}
@@ -49,10 +57,22 @@ func newTestDevice(t *testing.T) *testDevice {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { podns.Remove(d.hostNS) })
-	if out, err := exec.Command("nsenter", "--net="+d.hostNS, "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
-		t.Fatalf("lo up: %v\n%s", err, out)
+	// A default route, as a device has one: a connect to a ClusterIP
+	// needs a route before the proxy's DNAT rewrites it. It goes into a
+	// veth pair whose both ends are in this namespace, so whatever is not
+	// rewritten goes nowhere: nothing leaves the namespace.
+	for _, args := range [][]string{
+		{"ip", "link", "set", "lo", "up"},
+		{"ip", "link", "add", "flt-void0", "type", "veth", "peer", "name", "flt-void1"},
+		{"ip", "link", "set", "flt-void0", "up"},
+		{"ip", "link", "set", "flt-void1", "up"},
+		{"ip", "route", "add", "default", "dev", "flt-void0"},
+	} {
+		if out, err := exec.Command("nsenter", append([]string{"--net=" + d.hostNS}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
 	}
-	d.hub = hubtest.Start(t)
+	d.hub = hubtest.Start(t, hub...)
 	b := make([]byte, 3)
 	rand.Read(b)
 	d.name = "agent-" + hex.EncodeToString(b)
@@ -183,4 +203,79 @@ spec:
 		d.t.Fatal(err)
 	}
 	return path
+}
+
+// powerCut leaves the device as a reboot would: every container process
+// gone, /run (the agent's run dir: sandboxes, network namespaces) empty,
+// no iptables rules and no pod bridge. The disk (data dir, containerd's
+// content and records) stays.
+func (d *testDevice) powerCut() {
+	d.t.Helper()
+	client, _ := testimage.Containerd(d.t)
+	ctx := namespaces.WithNamespace(context.Background(), d.ns)
+	ctrs, err := client.Containers(ctx)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	for _, c := range ctrs {
+		task, err := c.Task(ctx, nil)
+		if err != nil {
+			continue
+		}
+		if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil {
+			d.t.Fatalf("killing %s: %v", c.ID(), err)
+		}
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	var mounts []string
+	for _, line := range strings.Split(string(mi), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], d.cfg.RunDir+"/") {
+			mounts = append(mounts, f[4])
+		}
+	}
+	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i]) > len(mounts[j]) })
+	for _, m := range mounts {
+		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil {
+			d.t.Fatalf("unmounting %s: %v", m, err)
+		}
+	}
+	if err := os.RemoveAll(d.cfg.RunDir); err != nil {
+		d.t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"iptables", "-t", "nat", "-F"}, {"iptables", "-t", "nat", "-X"},
+		{"iptables", "-t", "filter", "-F"}, {"iptables", "-t", "filter", "-X"},
+		{"ip", "link", "delete", "flotilla0"},
+	} {
+		if out, err := exec.Command("nsenter", append([]string{"--net=" + d.hostNS}, args...)...).CombinedOutput(); err != nil && args[0] == "iptables" {
+			d.t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+}
+
+// get asks url from inside the device's network namespace. The
+// connection is dialled there (the transport's own goroutines would dial
+// from the test's namespace), so nothing ever leaves this machine.
+func (d *testDevice) get(url string) (string, error) {
+	tr := &http.Transport{DisableKeepAlives: true, Proxy: nil,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := podns.Do(d.hostNS, func() error {
+				var err error
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Timeout: 2 * time.Second, Transport: tr}).Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
 }

@@ -69,6 +69,15 @@ func New(cfg Config) (*Network, error) {
 func (n *Network) Name() string     { return n.list.Name }
 func (n *Network) ConfFile() string { return n.file }
 
+// Attach says how a pod is attached beyond its namespace.
+type Attach struct {
+	// Ports are the pod's host ports.
+	Ports []PortMapping
+	// IP asks the IPAM plugin for this address (the one the pod had
+	// before a reboot); nil takes any free one.
+	IP net.IP
+}
+
 func (n *Network) runtimeConf(podID, netns, ifName string, ports []PortMapping) *libcni.RuntimeConf {
 	rt := &libcni.RuntimeConf{ContainerID: podID, NetNS: netns, IfName: ifName}
 	if len(ports) > 0 {
@@ -90,7 +99,7 @@ func (n *Network) runtimeConf(podID, netns, ifName string, ports []PortMapping) 
 
 // Setup attaches the pod's network namespace and returns its IP. On error
 // it undoes what it did, so Setup can simply be retried.
-func (n *Network) Setup(ctx context.Context, podID, netnsPath string, ports []PortMapping) (net.IP, error) {
+func (n *Network) Setup(ctx context.Context, podID, netnsPath string, at Attach) (net.IP, error) {
 	if podID == "" {
 		return nil, fmt.Errorf("cni setup: empty pod ID")
 	}
@@ -102,7 +111,11 @@ func (n *Network) Setup(ctx context.Context, podID, netnsPath string, ports []Po
 	if _, err := n.cni.AddNetworkList(ctx, n.loopback, n.runtimeConf(podID, netnsPath, "lo", nil)); err != nil {
 		return nil, fmt.Errorf("cni setup of pod %s: loopback: %w", podID, err)
 	}
-	rt := n.runtimeConf(podID, netnsPath, n.cfg.IfName, ports)
+	rt := n.runtimeConf(podID, netnsPath, n.cfg.IfName, at.Ports)
+	if at.IP != nil {
+		// host-local reads IP from CNI_ARGS; the other plugins ignore it.
+		rt.Args = [][2]string{{"IgnoreUnknown", "1"}, {"IP", at.IP.String()}}
+	}
 	res, err := n.cni.AddNetworkList(ctx, n.list, rt)
 	if err != nil {
 		derr := n.teardown(ctx, podID, netnsPath)

@@ -89,7 +89,7 @@ func TestSetupTeardownInPrivateHost(t *testing.T) {
 	var ip net.IP
 	if err := podns.Do(h.hostNS, func() error {
 		var err error
-		ip, err = nw.Setup(ctx, "pod1-uid", pod, []PortMapping{{HostPort: 18080, ContainerPort: 8080, Protocol: "TCP"}})
+		ip, err = nw.Setup(ctx, "pod1-uid", pod, Attach{Ports: []PortMapping{{HostPort: 18080, ContainerPort: 8080, Protocol: "TCP"}}})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -180,7 +180,7 @@ func TestSetupWithoutNetNS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = nw.Setup(context.Background(), "gone", filepath.Join(t.TempDir(), "missing"), nil)
+	_, err = nw.Setup(context.Background(), "gone", filepath.Join(t.TempDir(), "missing"), Attach{})
 	if !errors.Is(err, ErrNoNetNS) {
 		t.Fatalf("err = %v, want ErrNoNetNS", err)
 	}
@@ -200,4 +200,39 @@ func podChains(rules string) []string {
 		}
 	}
 	return out
+}
+
+// TestSetupKeepsRequestedIP is the reboot case: the pod's old sandbox is
+// gone without a teardown, the agent releases the stale reservation and
+// asks for the address the pod had, which other devices still route to.
+func TestSetupKeepsRequestedIP(t *testing.T) {
+	h := newTestHost(t)
+	ctx := context.Background()
+	nw, err := New(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := net.ParseIP("10.244.77.42").To4()
+	setup := func(pod string, at Attach) (ip net.IP, err error) {
+		err = podns.Do(h.hostNS, func() error {
+			ip, err = nw.Setup(ctx, "pod2-uid", pod, at)
+			return err
+		})
+		return ip, err
+	}
+	ip, err := setup(h.newPod(t, "before"), Attach{IP: want})
+	if err != nil || !ip.Equal(want) {
+		t.Fatalf("Setup asking for %s = %s, %v", want, ip, err)
+	}
+	// A new namespace for the same pod, as after a reboot; the old
+	// reservation is released first, as the kubelet does.
+	after := h.newPod(t, "after")
+	if err := podns.Do(h.hostNS, func() error { return nw.Teardown(ctx, "pod2-uid", "") }); err != nil {
+		t.Fatal(err)
+	}
+	ip, err = setup(after, Attach{IP: want})
+	if err != nil || !ip.Equal(want) {
+		t.Fatalf("after the reboot Setup = %s, %v; want the same %s", ip, err, want)
+	}
+	podns.Do(h.hostNS, func() error { return nw.Teardown(ctx, "pod2-uid", after) })
 }

@@ -43,7 +43,8 @@ type Runtime interface {
 
 // Network attaches pod sandboxes to the pod network.
 type Network interface {
-	Setup(ctx context.Context, podID, netnsPath string, ports []cni.PortMapping) (net.IP, error)
+	// Setup attaches the pod; with at.IP it asks for that address.
+	Setup(ctx context.Context, podID, netnsPath string, at cni.Attach) (net.IP, error)
 	Teardown(ctx context.Context, podID, netnsPath string) error
 }
 

@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	k8stesting "k8s.io/client-go/testing"
 
+	"flotilla.dev/flotilla/agent/cni"
 	"flotilla.dev/flotilla/agent/kubelet"
 	"flotilla.dev/flotilla/agent/kubelet/kubelettest"
 	"flotilla.dev/flotilla/agent/runtime"
@@ -1110,13 +1111,13 @@ func TestStateMachineFakes(t *testing.T) {
 	}
 
 	n := kubelettest.NewNetwork()
-	ip1, _ := n.Setup(ctx, "p1", "/ns/1", nil)
-	ip2, _ := n.Setup(ctx, "p2", "/ns/2", nil)
+	ip1, _ := n.Setup(ctx, "p1", "/ns/1", cni.Attach{})
+	ip2, _ := n.Setup(ctx, "p2", "/ns/2", cni.Attach{})
 	if ip1.String() != "10.88.0.2" || ip2.String() != "10.88.0.3" {
 		t.Fatalf("IPs %s %s", ip1, ip2)
 	}
 	n.Teardown(ctx, "p1", "/ns/1")
-	if ip3, _ := n.Setup(ctx, "p3", "/ns/3", nil); !ip3.Equal(ip1) || n.Calls("Setup") != 3 || n.Teardowns("p1") != 1 {
+	if ip3, _ := n.Setup(ctx, "p3", "/ns/3", cni.Attach{}); !ip3.Equal(ip1) || n.Calls("Setup") != 3 || n.Teardowns("p1") != 1 {
 		t.Fatalf("freed address not reused: %s", ip3)
 	}
 

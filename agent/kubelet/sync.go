@@ -393,15 +393,26 @@ func (k *Kubelet) ensureSandbox(ctx context.Context, pod *corev1.Pod, sb *runtim
 		k.event(pod, "", corev1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
 		return nil, err
 	}
-	if existed {
-		// An earlier attempt may have attached it before the agent
-		// stopped: detach first so IPAM does not hold two addresses.
+	at := cni.Attach{Ports: hostPorts(pod)}
+	if prev := previousIP(pod); existed || prev != nil {
+		// An earlier attempt, or the pod's sandbox before a reboot, may
+		// still hold an address under this pod's ID: release it first so
+		// IPAM neither refuses the pod nor holds two addresses.
 		k.cniTeardown(ctx, sb)
+		// The pod keeps the address it had: the EndpointSlices that other
+		// devices keep while the hub is away still point at it.
+		at.IP = prev
 	}
 	var ip net.IP
 	err := k.inHostNS(func() error {
 		var err error
-		ip, err = k.cfg.Network.Setup(ctx, sb.ID, sb.NetNS(), hostPorts(pod))
+		ip, err = k.cfg.Network.Setup(ctx, sb.ID, sb.NetNS(), at)
+		if err != nil && at.IP != nil {
+			// Taken meanwhile, or outside a new pod CIDR: any address.
+			k.log.Info("the pod's previous address is not available; taking another", "pod", pod.Namespace+"/"+pod.Name, "ip", at.IP, "err", err)
+			at.IP = nil
+			ip, err = k.cfg.Network.Setup(ctx, sb.ID, sb.NetNS(), at)
+		}
 		return err
 	})
 	if err != nil {
@@ -413,6 +424,14 @@ func (k *Kubelet) ensureSandbox(ctx context.Context, pod *corev1.Pod, sb *runtim
 	}
 	sb.IP = ip.String()
 	return sb, nil
+}
+
+// previousIP is the pod-network address the pod last reported.
+func previousIP(pod *corev1.Pod) net.IP {
+	if pod.Spec.HostNetwork {
+		return nil
+	}
+	return net.ParseIP(pod.Status.PodIP)
 }
 
 func (k *Kubelet) cniTeardown(ctx context.Context, sb *runtime.Sandbox) error {

@@ -131,7 +131,7 @@ func (e *env) podIP(t *testing.T, sb *Sandbox) string {
 	var ip net.IP
 	if err := podns.Do(e.hostNS, func() error {
 		var err error
-		ip, err = e.net.Setup(context.Background(), sb.ID, sb.NetNS(), nil)
+		ip, err = e.net.Setup(context.Background(), sb.ID, sb.NetNS(), cni.Attach{})
 		return err
 	}); err != nil {
 		t.Fatal(err)

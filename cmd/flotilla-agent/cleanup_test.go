@@ -249,7 +249,7 @@ func TestCleanupRemovesPods(t *testing.T) {
 		}
 		var ip net.IP
 		if err := podns.Do(hostNS, func() error {
-			ip, err = network.Setup(ctx, sb.ID, sb.NetNS(), nil)
+			ip, err = network.Setup(ctx, sb.ID, sb.NetNS(), cni.Attach{})
 			return err
 		}); err != nil {
 			t.Fatal(err)

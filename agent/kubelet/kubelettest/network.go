@@ -63,7 +63,7 @@ func NewNetworkCIDR(cidr string) (*Network, error) {
 
 // Setup attaches the pod and returns its address; a pod already attached
 // keeps its address.
-func (n *Network) Setup(_ context.Context, podID, netnsPath string, ports []cni.PortMapping) (net.IP, error) {
+func (n *Network) Setup(_ context.Context, podID, netnsPath string, at cni.Attach) (net.IP, error) {
 	if err := n.enter("Setup"); err != nil {
 		return nil, err
 	}
@@ -73,6 +73,11 @@ func (n *Network) Setup(_ context.Context, podID, netnsPath string, ports []cni.
 	if a, ok := n.attached[podID]; ok {
 		return slices.Clone(a.IP), nil
 	}
+	if want := at.IP.To4(); want != nil && n.subnet.Contains(want) && !n.used[want[3]] {
+		n.used[want[3]] = true
+		n.attached[podID] = Attachment{IP: slices.Clone(want), NetNS: netnsPath, Ports: slices.Clone(at.Ports)}
+		return slices.Clone(want), nil
+	}
 	for host := 2; host < 255; host++ {
 		if n.used[byte(host)] {
 			continue
@@ -80,7 +85,7 @@ func (n *Network) Setup(_ context.Context, podID, netnsPath string, ports []cni.
 		ip := slices.Clone(n.subnet.IP.To4())
 		ip[3] = byte(host)
 		n.used[byte(host)] = true
-		n.attached[podID] = Attachment{IP: ip, NetNS: netnsPath, Ports: slices.Clone(ports)}
+		n.attached[podID] = Attachment{IP: ip, NetNS: netnsPath, Ports: slices.Clone(at.Ports)}
 		return slices.Clone(ip), nil
 	}
 	return nil, fmt.Errorf("kubelettest: no address left in %s for pod %s", n.subnet, podID)

@@ -1,0 +1,125 @@
+package localcache
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+
+	"flotilla.dev/flotilla/agent/localstore"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func service(name string) *corev1.Service {
+	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", ResourceVersion: "5"},
+		Spec: corev1.ServiceSpec{ClusterIP: "10.43.0.7"}}
+}
+
+// start runs the store-backed informers of a new factory and waits for
+// them to sync.
+func start(t *testing.T, client *fake.Clientset, store *localstore.Store) informers.SharedInformerFactory {
+	t.Helper()
+	f := informers.NewSharedInformerFactory(client, 0)
+	if err := Install(f, client, store, quiet); err != nil {
+		t.Fatal(err)
+	}
+	svcs := f.Core().V1().Services().Informer()
+	slices := f.Discovery().V1().EndpointSlices().Informer()
+	nodes := f.Core().V1().Nodes().Informer()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); f.Shutdown() })
+	f.Start(ctx.Done())
+	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+	defer scancel()
+	if !cache.WaitForCacheSync(sctx.Done(), svcs.HasSynced, slices.HasSynced, nodes.HasSynced) {
+		t.Fatal("the informers did not sync")
+	}
+	return f
+}
+
+func TestServesTheStoreWhenTheHubIsAway(t *testing.T) {
+	store, err := localstore.Open(filepath.Join(t.TempDir(), "state.db"), localstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+
+	// With the hub: its lists land in the store, and so do later events.
+	hub := fake.NewClientset(service("web"), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "dev1"}})
+	start(t, hub, store)
+	if _, err := hub.CoreV1().Services("shop").Create(context.Background(), service("db"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := localstore.List[corev1.Service](store, localstore.Services)
+		if err == nil && len(got) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the store holds %v (%v), want web and db", got, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if rv, _ := store.ResourceVersion(localstore.Services); rv == "" {
+		t.Error("no list resourceVersion recorded")
+	}
+
+	// Without the hub: every list and watch fails, and the informers
+	// still sync, from the store.
+	away := fake.NewClientset()
+	down := errors.New("dial tcp: connection refused")
+	away.PrependReactor("list", "*", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, down })
+	away.PrependWatchReactor("*", func(k8stesting.Action) (bool, watch.Interface, error) { return true, nil, down })
+	f := start(t, away, store)
+	svcs, err := f.Core().V1().Services().Lister().List(everything())
+	if err != nil || len(svcs) != 2 {
+		t.Fatalf("services without the hub: %v %v, want web and db", svcs, err)
+	}
+	nodes, _ := f.Core().V1().Nodes().Lister().List(everything())
+	if len(nodes) != 1 || nodes[0].Name != "dev1" {
+		t.Errorf("nodes without the hub: %v", nodes)
+	}
+}
+
+func TestFirstStartWithoutHubWaits(t *testing.T) {
+	store, err := localstore.Open(filepath.Join(t.TempDir(), "state.db"), localstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	away := fake.NewClientset()
+	away.PrependReactor("list", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("connection refused")
+	})
+	f := informers.NewSharedInformerFactory(away, 0)
+	if err := Install(f, away, store, quiet); err != nil {
+		t.Fatal(err)
+	}
+	inf := f.Discovery().V1().EndpointSlices().Informer()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); f.Shutdown() }()
+	f.Start(ctx.Done())
+	time.Sleep(500 * time.Millisecond)
+	// An empty store that never saw the hub is no answer: an informer
+	// synced on it would make the proxy drop rules it should keep.
+	if inf.HasSynced() {
+		t.Error("synced on a store that never held a list from the hub")
+	}
+}
+
+func everything() labels.Selector { return labels.Everything() }
