@@ -9,7 +9,7 @@ BIN := bin
 # Short fuzzing in `make test`; longer runs: make fuzz FUZZTIME=5m
 FUZZTIME ?= 10s
 
-.PHONY: all build test unit fmt-check vet fuzz bench demo demo-down deps clean
+.PHONY: all build test unit fmt-check vet fuzz bench soak demo demo-down deps clean
 
 all: build
 
@@ -38,6 +38,12 @@ fuzz:
 
 bench: deps build
 	FLOTILLA_BIN=$(CURDIR)/$(BIN) $(GO) run ./bench/cmd/flotilla-bench
+
+# The hub dead for 10 minutes under continuous traffic through a Service:
+# no failed request, no container restarted (make test runs 45 s of it).
+SOAK_OUTAGE ?= 10m
+soak: deps build
+	FLOTILLA_BIN=$(CURDIR)/$(BIN) FLOTILLA_OUTAGE=$(SOAK_OUTAGE) $(GO) test -count=1 -timeout 60m -run TestHubOutageUnderTraffic -v ./test/e2e/
 
 demo: deps build
 	@bash scripts/demo.sh up

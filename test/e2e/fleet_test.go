@@ -202,7 +202,7 @@ func (f *fleet) runClient(ctx context.Context, name, node string, args ...string
 		f.t.Fatal(err)
 	}
 	var phase corev1.PodPhase
-	waitFor(f.t, "client pod "+name+" to finish", 5*time.Minute, func() (bool, error) {
+	waitFor(f.t, "client pod "+name+" to finish", 5*time.Minute+clientDuration(args), func() (bool, error) {
 		p, err := f.cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -220,6 +220,17 @@ func (f *fleet) runClient(ctx context.Context, name, node string, args ...string
 		f.t.Fatalf("client %s (phase %s) printed no summary: %v\n%s", name, phase, err, logs)
 	}
 	return s
+}
+
+// clientDuration is how long a client given args sends requests.
+func clientDuration(args []string) time.Duration {
+	for i, a := range args {
+		if a == "-duration" && i+1 < len(args) {
+			d, _ := time.ParseDuration(args[i+1])
+			return d
+		}
+	}
+	return 0
 }
 
 type clientSummary struct {

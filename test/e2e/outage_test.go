@@ -1,0 +1,151 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"flotilla.dev/flotilla/test/testimage"
+)
+
+// outage is how long the hub stays dead: 45 s in make test, longer in
+// make soak (FLOTILLA_OUTAGE=10m).
+func outage(t *testing.T) time.Duration {
+	if v := os.Getenv("FLOTILLA_OUTAGE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			t.Fatalf("FLOTILLA_OUTAGE=%q: want a duration such as 10m", v)
+		}
+		return d
+	}
+	return 45 * time.Second
+}
+
+// TestHubOutageUnderTraffic kills the hub while a client on one device
+// sends requests through a Service to backends on both devices. The
+// devices must not notice: no failed request, no container restarted,
+// also when the hub comes back.
+func TestHubOutageUnderTraffic(t *testing.T) {
+	down := outage(t)
+	f := startFleet(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute+2*down)
+	defer cancel()
+
+	image := f.image("testapp", testimage.AppPackage)
+	if _, err := f.cs.AppsV1().Deployments("default").Create(ctx, echoDeployment(image, 2, "1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := f.cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "echo"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "echo"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := map[string]string{} // pod -> container ID
+	waitFor(t, "2 ready echo pods", 3*time.Minute, func() (bool, error) {
+		clear(before)
+		for _, p := range f.podsOf(ctx, "default", "app=echo") {
+			if ready(&p) && len(p.Status.ContainerStatuses) == 1 {
+				before[p.Name] = p.Status.ContainerStatuses[0].ContainerID
+			}
+		}
+		return len(before) == 2, nil
+	})
+
+	done := make(chan clientSummary, 1)
+	go func() {
+		done <- f.runClient(ctx, "client-outage", "dev2", "-urls", "http://"+svc.Spec.ClusterIP+"/",
+			"-duration", (down + 30*time.Second).String(), "-interval", "20ms")
+	}()
+	waitFor(t, "the client to run", 2*time.Minute, func() (bool, error) {
+		p, err := f.cs.CoreV1().Pods("default").Get(ctx, "client-outage", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning, err
+	})
+	time.Sleep(5 * time.Second)
+
+	restart := f.killHub()
+	t.Logf("hub killed; back in %s", down)
+	time.Sleep(down)
+	restart()
+
+	s := <-done
+	t.Logf("figure: hub outage of %s under load: %d requests answered, %d failed", down, s.OK, s.Failed)
+	if s.Failed > 0 {
+		t.Errorf("%d requests failed while the hub was away: %v", s.Failed, s.Errors)
+	}
+	if s.OK == 0 {
+		t.Error("the client got no answer at all")
+	}
+	for _, p := range f.podsOf(ctx, "default", "app=echo") {
+		id, ok := before[p.Name]
+		if !ok {
+			t.Errorf("pod %s is new: the hub's return replaced a pod", p.Name)
+			continue
+		}
+		cs := p.Status.ContainerStatuses
+		if len(cs) != 1 || cs[0].ContainerID != id || cs[0].RestartCount != 0 {
+			t.Errorf("pod %s: container %v, want %s with 0 restarts", p.Name, cs, id)
+		}
+	}
+}
+
+// killHub kills the hub with SIGKILL, as a crash or a power cut would,
+// and returns a function that starts it again as the demo did.
+func (f *fleet) killHub() (restart func()) {
+	f.t.Helper()
+	pidFile := filepath.Join(f.dir, "hub.pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	if !strings.HasSuffix(args[0], "flotilla-hub") {
+		f.t.Fatalf("pid %d in %s is %v, not the hub", pid, pidFile, args)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		f.t.Fatal(err)
+	}
+	for syscall.Kill(pid, 0) == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return func() {
+		f.t.Helper()
+		log, err := os.OpenFile(filepath.Join(f.dir, "hub.log"), os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		defer log.Close()
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Start(); err != nil {
+			f.t.Fatal(err)
+		}
+		// demo.sh down stops it through the pid file.
+		if err := os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
+			f.t.Fatal(err)
+		}
+		go cmd.Wait()
+	}
+}
