@@ -170,6 +170,8 @@ func ValidateLabels(labels map[string]string) error {
 		switch k {
 		case api.LabelHostname, api.LabelArch, api.LabelOS:
 			return fmt.Errorf("%w: label %s is set by the agent itself; remove it from --labels", ErrConfig, k)
+		case api.LabelAutonomy:
+			return fmt.Errorf("%w: label %s is an admin's decision, not the device's: give it to the join token (flotilla-hub token create --labels %s=true) or label the Node with kubectl; remove it from --labels", ErrConfig, k, k)
 		}
 	}
 	return nil

@@ -236,7 +236,7 @@ func TestParseLabels(t *testing.T) {
 	if len(got) != 3 || got["site"] != "berlin" || got["tier"] != "edge" || got["empty"] != "" {
 		t.Errorf("ParseLabels = %v", got)
 	}
-	for _, bad := range []string{"noequals", "a=1,a=2", "bad key=1", "k=bad value", "kubernetes.io/hostname=x", "kubernetes.io/arch=arm"} {
+	for _, bad := range []string{"noequals", "a=1,a=2", "bad key=1", "k=bad value", "kubernetes.io/hostname=x", "kubernetes.io/arch=arm", "node.flotilla.dev/autonomy=true"} {
 		if _, err := ParseLabels(bad); !errors.Is(err, ErrConfig) {
 			t.Errorf("ParseLabels(%q) = %v, want ErrConfig", bad, err)
 		}

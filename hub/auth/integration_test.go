@@ -249,6 +249,10 @@ func TestNodeAuthorization(t *testing.T) {
 			_, err := nodes.Patch(ctx, "a", types.MergePatchType, []byte(`{"metadata":{"labels":{"node.flotilla.dev/screen":"large"}}}`), metav1.PatchOptions{})
 			return err
 		}},
+		{"grant itself autonomy", false, func() error {
+			_, err := nodes.Patch(ctx, "a", types.MergePatchType, []byte(`{"metadata":{"labels":{"node.flotilla.dev/autonomy":"true"}}}`), metav1.PatchOptions{})
+			return err
+		}},
 		{"add a label that attracts workloads", false, func() error {
 			_, err := nodes.Patch(ctx, "a", types.MergePatchType, []byte(`{"metadata":{"labels":{"role":"payments"}}}`), metav1.PatchOptions{})
 			return err

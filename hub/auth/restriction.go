@@ -39,8 +39,13 @@ var nodeSettableLabels = map[string]bool{
 
 // NodeMaySetLabel reports whether a device may set or change the label
 // key on its own Node. Every other label can attract workloads (any label
-// can be a nodeSelector), so only admins set them.
+// can be a nodeSelector), so only admins set them; so is the autonomy
+// label, which decides whether the hub may move the device's pods away: a
+// stolen or broken device must not be able to keep its workloads.
 func NodeMaySetLabel(key string) bool {
+	if key == api.LabelAutonomy {
+		return false
+	}
 	return strings.HasPrefix(key, api.NodeLabelPrefix) || nodeSettableLabels[key]
 }
 
@@ -210,6 +215,9 @@ func checkLabels(node string, old, cur map[string]string) error {
 	}
 	sort.Strings(changed)
 	for _, k := range changed {
+		if k == api.LabelAutonomy {
+			return fmt.Errorf("node restriction: devices may not set or change the label %s, which keeps the hub from moving their pods away; an admin sets it (flotilla-hub token create --labels, or kubectl label node %s)", k, node)
+		}
 		if !NodeMaySetLabel(k) {
 			return fmt.Errorf("node restriction: devices may not set or change the label %q, which decides what is scheduled to them; they may set labels under %s and %s, %s, %s",
 				k, api.NodeLabelPrefix, api.LabelHostname, api.LabelArch, api.LabelOS)
