@@ -13,7 +13,9 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -148,4 +150,115 @@ func (f *fleet) killHub() (restart func()) {
 		}
 		go cmd.Wait()
 	}
+}
+
+// TestDevicePartition cuts one device off the network past the grace
+// period. The hub marks it NotReady and the other device drops its
+// endpoint; its pods, which would be evicted at once (tolerationSeconds
+// 0), stay because an admin gave it autonomy; back on the network it is
+// Ready again and no container restarted.
+func TestDevicePartition(t *testing.T) {
+	f := startFleet(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	if _, err := f.cs.CoreV1().Nodes().Patch(ctx, "dev1", types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"node.flotilla.dev/autonomy":"true"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d := echoDeployment(f.image("testapp", testimage.AppPackage), 2, "1")
+	d.Spec.Template.Spec.Tolerations = []corev1.Toleration{{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists,
+		Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](0)}}
+	if _, err := f.cs.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "echo"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "echo"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var victim corev1.Pod
+	waitFor(t, "a ready echo pod on each device", 3*time.Minute, func() (bool, error) {
+		nodes := map[string]bool{}
+		for _, p := range f.podsOf(ctx, "default", "app=echo") {
+			if ready(&p) {
+				nodes[p.Spec.NodeName] = true
+				if p.Spec.NodeName == "dev1" {
+					victim = p
+				}
+			}
+		}
+		return len(nodes) == 2, nil
+	})
+	id := victim.Status.ContainerStatuses[0].ContainerID
+	ip := victim.Status.PodIP
+	// The check below that the endpoint leaves means something only if
+	// it was there.
+	waitFor(t, "dev2's rules to carry dev1's endpoint", time.Minute, func() (bool, error) {
+		out, err := f.inDevice(2, "iptables-save", "-t", "nat")
+		return err == nil && strings.Contains(out, "--to-destination "+ip+":"), err
+	})
+
+	link := f.prefix[:4] + "v1h" // dev1's end of its link, on the host
+	if out, err := exec.Command("ip", "link", "set", link, "down").CombinedOutput(); err != nil {
+		t.Fatalf("cutting dev1 off: %v\n%s", err, out)
+	}
+	cut := time.Now()
+	defer exec.Command("ip", "link", "set", link, "up").Run()
+	waitFor(t, "dev1 NotReady", 3*time.Minute, func() (bool, error) {
+		n, err := f.cs.CoreV1().Nodes().Get(ctx, "dev1", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status != corev1.ConditionTrue, nil
+			}
+		}
+		return false, nil
+	})
+	t.Logf("figure: dev1 NotReady %v after the cut", time.Since(cut).Round(time.Second))
+	waitFor(t, "dev2's rules to drop dev1's endpoint", time.Minute, func() (bool, error) {
+		out, err := f.inDevice(2, "iptables-save", "-t", "nat")
+		return err == nil && !strings.Contains(out, "--to-destination "+ip+":"), err
+	})
+	// Past the moment a pod without autonomy would have been evicted.
+	time.Sleep(10 * time.Second)
+	p, err := f.cs.CoreV1().Pods("default").Get(ctx, victim.Name, metav1.GetOptions{})
+	if err != nil || p.DeletionTimestamp != nil {
+		t.Fatalf("dev1's pod was evicted under autonomy: %v, deletion %v", err, p.DeletionTimestamp)
+	}
+
+	if out, err := exec.Command("ip", "link", "set", link, "up").CombinedOutput(); err != nil {
+		t.Fatalf("reconnecting dev1: %v\n%s", err, out)
+	}
+	waitFor(t, "dev1's pod Ready again", 3*time.Minute, func() (bool, error) {
+		p, err := f.cs.CoreV1().Pods("default").Get(ctx, victim.Name, metav1.GetOptions{})
+		return err == nil && ready(p), err
+	})
+	p, err = f.cs.CoreV1().Pods("default").Get(ctx, victim.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs := p.Status.ContainerStatuses; len(cs) != 1 || cs[0].ContainerID != id || cs[0].RestartCount != 0 {
+		t.Errorf("dev1's pod after the partition: %v, want container %s with 0 restarts", cs, id)
+	}
+	defer func() {
+		if !t.Failed() {
+			return
+		}
+		n, _ := f.cs.CoreV1().Nodes().Get(ctx, "dev1", metav1.GetOptions{})
+		t.Logf("dev1: conditions %+v taints %+v", n.Status.Conditions, n.Spec.Taints)
+		p, _ := f.cs.CoreV1().Pods("default").Get(ctx, victim.Name, metav1.GetOptions{})
+		t.Logf("pod: %+v", p.Status.Conditions)
+		sl, _ := f.cs.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{})
+		for _, s := range sl.Items {
+			t.Logf("slice %s: %+v", s.Name, s.Endpoints)
+		}
+	}()
+	waitFor(t, "dev2's rules to take dev1's endpoint back", time.Minute, func() (bool, error) {
+		out, err := f.inDevice(2, "iptables-save", "-t", "nat")
+		return err == nil && strings.Contains(out, "--to-destination "+ip+":"), err
+	})
 }

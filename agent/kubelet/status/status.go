@@ -97,9 +97,17 @@ func (m *Manager) Set(pod *corev1.Pod, st corev1.PodStatus) {
 	same := ok && apiequality.Semantic.DeepEqual(e.want, st)
 	e.want = *st.DeepCopy()
 	m.mu.Unlock()
-	if !same {
+	if !same || m.diverged(pod.UID, st) {
 		m.queue.Add(pod.UID)
 	}
+}
+
+// diverged reports whether the hub's copy of the pod says otherwise than
+// st: someone else wrote its status (the hub marks the pods of a device
+// it lost touch with not ready), and the device's word must win again.
+func (m *Manager) diverged(uid types.UID, st corev1.PodStatus) bool {
+	pod, ok := m.get(uid)
+	return ok && !apiequality.Semantic.DeepEqual(pod.Status, Merge(pod.Status, st))
 }
 
 // QueueAll queues a write of every status set, for when the hub's pods

@@ -146,3 +146,33 @@ func TestMerge(t *testing.T) {
 		t.Fatalf("merge = %+v", got)
 	}
 }
+
+// TestRewritesWhenTheHubSaysOtherwise is a device back from a partition:
+// the hub marked its pod not ready meanwhile, the device's status did
+// not change, and the device's word must win again.
+func TestRewritesWhenTheHubSaysOtherwise(t *testing.T) {
+	p := newPod("web")
+	client, m, updates := setup(t, p)
+	m.Set(p, running("10.42.0.5"))
+	eventually(t, "first write", func() bool { return updates.Load() == 1 })
+
+	hub, _ := client.CoreV1().Pods("ns").Get(context.Background(), "web", metav1.GetOptions{})
+	for i := range hub.Status.Conditions {
+		if hub.Status.Conditions[i].Type == corev1.PodReady {
+			hub.Status.Conditions[i].Status = corev1.ConditionFalse
+		}
+	}
+	if _, err := client.CoreV1().Pods("ns").UpdateStatus(context.Background(), hub, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m.Set(p, running("10.42.0.5")) // the device's view is unchanged
+	eventually(t, "the device's status written again", func() bool {
+		got, _ := client.CoreV1().Pods("ns").Get(context.Background(), "web", metav1.GetOptions{})
+		for _, c := range got.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				return c.Status == corev1.ConditionTrue
+			}
+		}
+		return false
+	})
+}
