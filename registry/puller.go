@@ -97,6 +97,9 @@ func NewPuller(client *containerd.Client, cfg PullerConfig) (*Puller, error) {
 	if err := cfg.Registries.Validate(); err != nil {
 		return nil, err
 	}
+	if err := cfg.Policy.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	if cfg.Snapshotter == "" {
 		cfg.Snapshotter = DefaultSnapshotter
 	}

@@ -45,7 +45,7 @@ func TestPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := Policy{}.Parse("registry.local/app:v1")
-	if !errors.Is(err, ErrNotPinned) || !strings.Contains(err.Error(), "registry.local/app@sha256:<digest>") {
+	if !errors.Is(err, ErrNotPinned) || !strings.Contains(err.Error(), "registry.local/app@sha256:<64 hex digits>") {
 		t.Fatalf("err = %v, want ErrNotPinned saying how to pin", err)
 	}
 	if _, err := (Policy{AllowTags: true}).Parse("registry.local/app:v1"); err != nil {

@@ -3,6 +3,7 @@ package registry
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -21,9 +22,21 @@ import (
 // ErrInvalidConfig is returned by Config.Validate.
 var ErrInvalidConfig = errors.New("invalid registry configuration")
 
-// Config says how to reach registries. Keys of Hosts are registry hosts as
-// they appear in references ("docker.io", "registry.local:5000"); a mirror
-// that needs its own credentials or TLS settings gets its own entry too.
+// Config says how to reach registries, as containerd's hosts.toml does.
+// Keys of Hosts are registry hosts as they appear in references
+// ("docker.io", "registry.local:5000"); a mirror that needs its own
+// credentials or TLS settings gets its own entry too, under its host[:port].
+// In agent.yaml:
+//
+//	registries:
+//	  hosts:
+//	    docker.io:
+//	      mirrors: ["http://10.0.0.5:5000", "https://mirror.local"]
+//	    mirror.local:
+//	      caFile: /etc/flotilla/registry-ca.pem
+//	      credentialsFile: /etc/flotilla/mirror-credentials
+//	    registry.local:5000:
+//	      plainHTTP: true
 type Config struct {
 	Hosts map[string]HostConfig `json:"hosts,omitempty" mapstructure:"hosts"`
 }
@@ -32,7 +45,10 @@ type Config struct {
 type HostConfig struct {
 	// Mirrors are tried in order before the registry itself, for pulls:
 	// "https://mirror.local:5000" or "http://10.0.0.5:5000" (a URL without
-	// a scheme means https).
+	// a scheme means https). A mirror that fails (down, refusing, or
+	// without the image) falls through to the next, then to the registry;
+	// content is checked against the digests the reference pins, so a
+	// mirror cannot substitute an image.
 	Mirrors []string `json:"mirrors,omitempty" mapstructure:"mirrors"`
 	// PlainHTTP talks HTTP instead of HTTPS. Loopback hosts (localhost,
 	// 127.0.0.0/8, ::1) always use plain HTTP, as Docker and containerd do.
@@ -46,6 +62,48 @@ type HostConfig struct {
 	Username      string `json:"username,omitempty" mapstructure:"username"`
 	Password      string `json:"password,omitempty" mapstructure:"password"`
 	IdentityToken string `json:"identityToken,omitempty" mapstructure:"identityToken"`
+	// CredentialsFile holds the credentials instead, so that they can live
+	// in a mounted Secret and rotate without a restart: it is read at each
+	// authentication. Either "username:password" on one line, or JSON
+	// {"username": ..., "password": ...} or {"identityToken": ...}.
+	CredentialsFile string `json:"credentialsFile,omitempty" mapstructure:"credentialsFile"`
+}
+
+// credentials returns the basic credentials or identity token of h.
+func (h HostConfig) credentials() (user, secret string, err error) {
+	if h.CredentialsFile == "" {
+		if h.IdentityToken != "" {
+			return "", h.IdentityToken, nil
+		}
+		return h.Username, h.Password, nil
+	}
+	b, err := os.ReadFile(h.CredentialsFile)
+	if err != nil {
+		return "", "", fmt.Errorf("read credentials file: %w", err)
+	}
+	text := strings.TrimSpace(string(b))
+	if strings.HasPrefix(text, "{") {
+		var c struct {
+			Username      string `json:"username"`
+			Password      string `json:"password"`
+			IdentityToken string `json:"identityToken"`
+		}
+		if err := json.Unmarshal([]byte(text), &c); err != nil {
+			return "", "", fmt.Errorf("credentials file %s: not JSON: %v", h.CredentialsFile, err)
+		}
+		if c.IdentityToken != "" {
+			return "", c.IdentityToken, nil
+		}
+		if c.Username == "" {
+			return "", "", fmt.Errorf("credentials file %s: no username or identityToken", h.CredentialsFile)
+		}
+		return c.Username, c.Password, nil
+	}
+	user, pass, ok := strings.Cut(text, ":")
+	if !ok || user == "" || strings.Contains(text, "\n") {
+		return "", "", fmt.Errorf("credentials file %s: want one line username:password, or JSON", h.CredentialsFile)
+	}
+	return user, pass, nil
 }
 
 // Validate checks mirrors and CA files, naming the host at fault.
@@ -63,6 +121,13 @@ func (c Config) Validate() error {
 		}
 		if h.CAFile != "" {
 			if _, err := loadCA(h.CAFile); err != nil {
+				errs = append(errs, fmt.Errorf("%w: host %q: %v", ErrInvalidConfig, host, err))
+			}
+		}
+		if h.CredentialsFile != "" {
+			if h.Username != "" || h.Password != "" || h.IdentityToken != "" {
+				errs = append(errs, fmt.Errorf("%w: host %q: credentialsFile excludes username, password and identityToken", ErrInvalidConfig, host))
+			} else if _, _, err := h.credentials(); err != nil {
 				errs = append(errs, fmt.Errorf("%w: host %q: %v", ErrInvalidConfig, host, err))
 			}
 		}
@@ -162,7 +227,7 @@ func (c Config) RegistryHosts() docker.RegistryHosts {
 			if err != nil {
 				return nil, fmt.Errorf("%w: host %q mirror: %v", ErrInvalidConfig, host, err)
 			}
-			rh, err := get(ep, docker.HostCapabilityPull|docker.HostCapabilityResolve)
+			rh, err := get(ep, docker.HostCapabilityPull|docker.HostCapabilityResolve|docker.HostCapabilityReferrers)
 			if err != nil {
 				return nil, err
 			}
@@ -177,7 +242,7 @@ func (c Config) RegistryHosts() docker.RegistryHosts {
 			scheme = "http"
 		}
 		rh, err := get(endpoint{scheme: scheme, host: upstream, path: "/v2"},
-			docker.HostCapabilityPull|docker.HostCapabilityResolve|docker.HostCapabilityPush)
+			docker.HostCapabilityPull|docker.HostCapabilityResolve|docker.HostCapabilityPush|docker.HostCapabilityReferrers)
 		if err != nil {
 			return nil, err
 		}
@@ -221,10 +286,7 @@ func (c Config) registryHost(ep endpoint, caps docker.HostCapabilities) (docker.
 			if !ok && h == "registry-1.docker.io" {
 				hc = c.Hosts["docker.io"]
 			}
-			if hc.IdentityToken != "" {
-				return "", hc.IdentityToken, nil
-			}
-			return hc.Username, hc.Password, nil
+			return hc.credentials()
 		}),
 	)
 	return docker.RegistryHost{

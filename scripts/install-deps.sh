@@ -5,6 +5,17 @@
 set -euo pipefail
 
 pkgs=(containerd runc containernetworking-plugins iptables iproute2 conntrack docker-registry git ca-certificates procps curl gnupg)
+# For tests that would otherwise skip: ssh-keygen (SSH-signed commits) and
+# the package tests in packaging/ (lintian, rpm, and qemu-user-static to run
+# the arm64 and armv7 binaries; they call qemu-*-static directly, so no
+# binfmt registration is needed).
+pkgs+=(openssh-client lintian rpm qemu-user-static)
+# The kubectl tests (hub/apiserver, hub/apiserver/openapi) run the kubectl
+# in PATH and skip without one. Debian bookworm has no recent kubectl: its
+# kubernetes-client is 1.20, which lacks `explain --output` and leaves
+# field validation to itself, so two of those tests would fail with it.
+# Install kubectl from the Kubernetes project (pkgs.k8s.io) to run them.
+command -v kubectl >/dev/null 2>&1 || echo "install-deps: no kubectl in PATH; the kubectl tests will skip (see scripts/install-deps.sh)" >&2
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -21,6 +32,17 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # Debian's docker-registry package starts a registry on :5000 as a service;
 # tests start their own on loopback ports, so the packaged one is left alone.
+
+# The cosign CLI signs test images for registry/trust's tests (devices verify
+# with Flotilla's own code, not with cosign). Debian has no package, so the Go
+# toolchain builds it from the module proxy: several minutes on 2 cores
+# (4m58s measured). Skipped when this version is already installed.
+cosign_version=v2.6.5
+if ! cosign version 2>/dev/null | grep -qE "GitVersion:[[:space:]]+${cosign_version}\$"; then
+  gobin=$(command -v go || echo /usr/local/go/bin/go)
+  echo "install-deps: building cosign ${cosign_version} (several minutes)"
+  GOBIN=/usr/local/bin GOFLAGS=-buildvcs=false "$gobin" install "github.com/sigstore/cosign/v2/cmd/cosign@${cosign_version}"
+fi
 
 if ! [ -S /run/containerd/containerd.sock ] || ! ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1; then
   echo "install-deps: starting containerd"

@@ -40,7 +40,7 @@ func validatePodCreate(p *corev1.Pod, opts Options) field.ErrorList {
 	if len(p.Spec.EphemeralContainers) > 0 {
 		errs = append(errs, field.Forbidden(spec.Child("ephemeralContainers"), "cannot be set on create"))
 	}
-	return append(errs, ValidateImages(&p.Spec, spec, opts.AllowTagImages)...)
+	return append(errs, ValidateImagesPolicy(&p.Spec, spec, opts.ImagePolicy())...)
 }
 
 // validatePodTemplate checks the pod template of a workload. Pods made from
@@ -65,7 +65,7 @@ func validatePodTemplate(t, old *corev1.PodTemplateSpec, path *field.Path, opts 
 	if old != nil {
 		oldSpec = &old.Spec
 	}
-	return append(errs, validateImages(&t.Spec, oldSpec, sp, opts.AllowTagImages)...)
+	return append(errs, validateImages(&t.Spec, oldSpec, sp, opts.ImagePolicy())...)
 }
 
 func validatePodSpec(s *corev1.PodSpec, path *field.Path) field.ErrorList {

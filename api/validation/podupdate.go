@@ -22,7 +22,7 @@ const podUpdatableFields = "pod updates may not change fields other than `spec.c
 func validatePodUpdate(p, old *corev1.Pod, opts Options) field.ErrorList {
 	spec := field.NewPath("spec")
 	errs := validatePodSpec(&p.Spec, spec)
-	errs = append(errs, validateImages(&p.Spec, &old.Spec, spec, opts.AllowTagImages)...)
+	errs = append(errs, validateImages(&p.Spec, &old.Spec, spec, opts.ImagePolicy())...)
 
 	if len(p.Spec.Containers) != len(old.Spec.Containers) {
 		return append(errs, field.Forbidden(spec.Child("containers"), "pod updates may not add or remove containers"))

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"flotilla.dev/flotilla/api"
+	apiimage "flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/api/v1alpha1"
 )
 
@@ -24,12 +25,24 @@ type Options struct {
 	// AllowTagImages admits images referenced by tag only. By default every
 	// image must be pinned by digest (name@sha256:<64 hex>).
 	AllowTagImages bool
+	// Images is the digest policy shared with the agents (api/image): the
+	// repositories whose images may be referenced by tag. AllowTagImages,
+	// when set, allows them all.
+	Images apiimage.Policy
 	// ServiceCIDR is the range a Service's clusterIP must come from; the
 	// zero Prefix means api.ServiceCIDR.
 	ServiceCIDR netip.Prefix
 	// NodePortMin and NodePortMax bound Service node ports; zero means
 	// api.NodePortMin and api.NodePortMax.
 	NodePortMin, NodePortMax int32
+}
+
+// ImagePolicy is the digest policy these options make.
+func (o Options) ImagePolicy() apiimage.Policy {
+	if o.AllowTagImages {
+		return apiimage.AllowAllTags()
+	}
+	return o.Images
 }
 
 func (o Options) serviceCIDR() netip.Prefix {
