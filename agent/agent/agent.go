@@ -36,9 +36,11 @@ import (
 	"flotilla.dev/flotilla/agent/runtime"
 	"flotilla.dev/flotilla/agent/server"
 	"flotilla.dev/flotilla/agent/static"
+	"flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/internal/atomicfile"
 	"flotilla.dev/flotilla/internal/version"
 	"flotilla.dev/flotilla/registry"
+	"flotilla.dev/flotilla/registry/trust"
 )
 
 // Defaults from Flotilla's contracts.
@@ -102,6 +104,14 @@ type Config struct {
 	NetNSPath string
 	// ManifestsDir holds static pods (static.DefaultDir when empty).
 	ManifestsDir string
+	// TrustDir holds the cosign public keys (*.pub) images must be signed
+	// by (DefaultTrustDir when empty); with no key there, images are not
+	// verified. TrustPolicy says which keys for which images, or that
+	// some images go unverified.
+	TrustDir    string
+	TrustPolicy []trust.Rule
+	// Images is the digest policy: which images may run by tag.
+	Images image.Policy
 	// Credentials obtain the hub client config; without them the agent
 	// runs standalone: static pods only, no hub.
 	Credentials Credentials
@@ -137,7 +147,16 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ManifestsDir == "" {
 		c.ManifestsDir = static.DefaultDir
 	}
-	for _, d := range []struct{ flag, path string }{{"--data-dir", c.DataDir}, {"--log-dir", c.LogDir}, {"--cni-conf-dir", c.CNIConfDir}, {"--manifests-dir", c.ManifestsDir}} {
+	if c.TrustDir == "" {
+		c.TrustDir = DefaultTrustDir
+	}
+	if err := (trust.Config{Dir: c.TrustDir, Policy: c.TrustPolicy}).Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("the trust policy: %w", err))
+	}
+	if err := c.Images.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("the images policy: %w", err))
+	}
+	for _, d := range []struct{ flag, path string }{{"--data-dir", c.DataDir}, {"--log-dir", c.LogDir}, {"--cni-conf-dir", c.CNIConfDir}, {"--manifests-dir", c.ManifestsDir}, {"--trust-dir", c.TrustDir}} {
 		if d.path != "" && !filepath.IsAbs(d.path) {
 			errs = append(errs, fmt.Errorf("%s %q must be an absolute path", d.flag, d.path))
 		}
@@ -208,7 +227,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("hub client: %w", err)
 	}
 
-	rt, puller, runtimeVersion, err := a.openRuntime(ctx)
+	verifier, err := a.newVerifier(store)
+	if err != nil {
+		return err
+	}
+	rt, puller, runtimeVersion, err := a.openRuntime(ctx, verifier)
 	if err != nil {
 		return err
 	}
@@ -272,7 +295,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	var wg sync.WaitGroup
-	errc := make(chan error, 5)
+	errc := make(chan error, 7)
 	run := func(name string, f func(context.Context) error) {
 		wg.Add(1)
 		go func() {
@@ -287,6 +310,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	run("service proxy", px.Run)
 	run("pod routes", router.Run)
 	run("pods", func(ctx context.Context) error { return a.runPods(ctx, client, shared, nd, rt, puller, store, statics) })
+	run("trusted keys", func(ctx context.Context) error { return a.watchTrust(ctx, verifier) })
 	run("mirror pods", func(ctx context.Context) error {
 		return static.NewMirrorer(client, statics, a.cfg.NodeName, a.log.With("component", "mirror")).Run(ctx, statics.changed)
 	})
@@ -304,7 +328,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // openRuntime connects to containerd (waiting for it) and returns the
 // runtime, the image puller and containerd's version.
-func (a *Agent) openRuntime(ctx context.Context) (*runtime.Runtime, *registry.Puller, string, error) {
+func (a *Agent) openRuntime(ctx context.Context, verifier registry.Verifier) (*runtime.Runtime, *registry.Puller, string, error) {
 	var err error
 	a.ctrd, err = containerd.New(a.cfg.ContainerdAddress, containerd.WithDefaultNamespace(a.cfg.ContainerdNamespace))
 	if err != nil {
@@ -319,7 +343,10 @@ func (a *Agent) openRuntime(ctx context.Context) (*runtime.Runtime, *registry.Pu
 		})
 		if err == nil {
 			var puller *registry.Puller
-			puller, err = registry.NewPuller(a.ctrd, registry.PullerConfig{Namespace: a.cfg.ContainerdNamespace, Registries: a.cfg.Registries})
+			puller, err = registry.NewPuller(a.ctrd, registry.PullerConfig{
+				Namespace: a.cfg.ContainerdNamespace, Registries: a.cfg.Registries,
+				Policy: registry.Policy{Image: a.cfg.Images}, Verifier: verifier,
+			})
 			if err == nil {
 				return rt, puller, runtimeVersion, nil
 			}
@@ -361,7 +388,17 @@ func (a *Agent) runStandalone(ctx context.Context) error {
 	if err := os.MkdirAll(a.cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("creating the data dir: %w", err)
 	}
-	rt, puller, _, err := a.openRuntime(ctx)
+	store, err := localstore.Open(filepath.Join(a.cfg.DataDir, stateFile), localstore.Options{})
+	if err != nil {
+		return fmt.Errorf("the device's local state: %w", err)
+	}
+	defer store.Close()
+	verifier, err := a.newVerifier(store)
+	if err != nil {
+		return err
+	}
+	go a.watchTrust(ctx, verifier)
+	rt, puller, _, err := a.openRuntime(ctx, verifier)
 	if err != nil {
 		return err
 	}

@@ -54,6 +54,9 @@ type Images interface {
 	Present(ctx context.Context, ref registry.Reference) (registry.Pulled, bool, error)
 	// Pull makes the image present, verifying it where a policy says so.
 	Pull(ctx context.Context, image string) (registry.Pulled, error)
+	// Reverify checks a present image against the trusted keys again
+	// (a cached verdict, until the keys change).
+	Reverify(ctx context.Context, pulled registry.Pulled) error
 }
 
 var (

@@ -16,6 +16,7 @@ import (
 	"flotilla.dev/flotilla/agent/kubelet/volumes"
 	"flotilla.dev/flotilla/agent/runtime"
 	"flotilla.dev/flotilla/registry"
+	"flotilla.dev/flotilla/registry/trust"
 )
 
 // waitErr is a container that cannot start yet, for a reason already
@@ -109,6 +110,15 @@ func (k *Kubelet) ensureImage(ctx context.Context, w *podWorker, pod *corev1.Pod
 	}
 	// A digest cannot move, so Always pulls nothing new for a pinned image.
 	if ok && (c.ImagePullPolicy != corev1.PullAlways || ref.Pinned()) {
+		key := string(pod.UID) + "/" + image
+		now := time.Now()
+		if d := k.imageBackoff.waitSinceLast(key, now); d > 0 && w.waiting[c.Name].Reason == trust.WaitingReason {
+			return "", k.setWaiting(w, pod, c.Name, trust.WaitingReason, w.waiting[c.Name].Message, d)
+		}
+		if err := k.cfg.Puller.Reverify(ctx, present); err != nil {
+			k.imageBackoff.next(key, now)
+			return "", k.refuseImage(w, pod, c, image, err)
+		}
 		k.recordImageID(present)
 		k.event(pod, c.Name, corev1.EventTypeNormal, "Pulled", "Container image %q already present on machine", image)
 		return present.Name(), nil
@@ -119,6 +129,11 @@ func (k *Kubelet) ensureImage(ctx context.Context, w *podWorker, pod *corev1.Pod
 	key := string(pod.UID) + "/" + image
 	now := time.Now()
 	if d := k.imageBackoff.waitSinceLast(key, now); d > 0 {
+		if last := w.waiting[c.Name]; last.Reason == trust.WaitingReason {
+			// A refused signature stays the reason while the pull backs
+			// off: it is what the operator must fix.
+			return "", k.setWaiting(w, pod, c.Name, last.Reason, last.Message, d)
+		}
 		return "", k.setWaiting(w, pod, c.Name, "ImagePullBackOff", fmt.Sprintf("Back-off pulling image %q", image), d)
 	}
 	k.event(pod, c.Name, corev1.EventTypeNormal, "Pulling", "Pulling image %q", image)
@@ -128,6 +143,9 @@ func (k *Kubelet) ensureImage(ctx context.Context, w *podWorker, pod *corev1.Pod
 			return "", ctx.Err()
 		}
 		k.imageBackoff.next(key, now)
+		if errors.Is(err, trust.ErrImageSignature) {
+			return "", k.refuseImage(w, pod, c, image, err)
+		}
 		reason := "ErrImagePull"
 		switch {
 		case errors.Is(err, registry.ErrNotPinned), errors.Is(err, registry.ErrInvalidReference):
@@ -142,6 +160,15 @@ func (k *Kubelet) ensureImage(ctx context.Context, w *podWorker, pod *corev1.Pod
 	k.recordImageID(pulled)
 	k.event(pod, c.Name, corev1.EventTypeNormal, "Pulled", "Successfully pulled image %q in %s. Image size: %d bytes.", image, time.Since(now).Round(time.Millisecond), pulled.Size)
 	return pulled.Name(), nil
+}
+
+// refuseImage holds a container whose image's signature does not verify:
+// it waits, with the reason flotctl's Diagnosis reads, and retries with
+// the image pull backoff (a signature may be pushed later).
+func (k *Kubelet) refuseImage(w *podWorker, pod *corev1.Pod, c *corev1.Container, image string, err error) error {
+	key := string(pod.UID) + "/" + image
+	k.event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Failed to verify image %q: %v", image, err)
+	return k.setWaiting(w, pod, c.Name, trust.WaitingReason, err.Error(), k.imageBackoff.delay(key))
 }
 
 func (k *Kubelet) recordImageID(p registry.Pulled) {

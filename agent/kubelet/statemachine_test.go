@@ -36,6 +36,7 @@ import (
 	"flotilla.dev/flotilla/agent/kubelet/kubelettest"
 	"flotilla.dev/flotilla/agent/runtime"
 	"flotilla.dev/flotilla/registry"
+	"flotilla.dev/flotilla/registry/trust"
 )
 
 const (
@@ -1133,5 +1134,53 @@ func TestStateMachineFakes(t *testing.T) {
 	pinned := "example.com/y@sha256:" + strings.Repeat("ab", 32)
 	if p, err := im.Pull(ctx, pinned); err != nil || p.Name() != pinned || p.Digest.Encoded() != strings.Repeat("ab", 32) || !p.Fetched || !im.Has(pinned) {
 		t.Fatalf("Pull = %+v, %v", p, err)
+	}
+}
+
+// TestStateMachineImageSignature: an image whose signature does not
+// verify never starts (nothing created from it), waits with the reason
+// flotctl's Diagnosis reads, and runs once it verifies; a present image
+// is verified again before its container starts.
+func TestStateMachineImageSignature(t *testing.T) {
+	t.Parallel()
+	const image = "registry.example.com/unsigned@sha256:" + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	h := newSMHarness(t)
+	refused := &trust.SignatureError{Image: "registry.example.com/unsigned", Reason: trust.ErrNoSignature, Detail: "push a signature made with a trusted key"}
+	h.images.SetUntrusted(image, refused)
+	p := h.create(smPod("unsigned", func(p *corev1.Pod) { p.Spec.Containers[0].Image = image }))
+	h.start()
+
+	h.eventually("waiting with ErrImageSignature", func() error {
+		for _, st := range h.written("unsigned") {
+			if cs := smStatus(st, "app"); cs != nil && cs.State.Waiting != nil && cs.State.Waiting.Reason == "ErrImageSignature" {
+				if !strings.Contains(cs.State.Waiting.Message, "no signature") {
+					return fmt.Errorf("message %q does not say why", cs.State.Waiting.Message)
+				}
+				return nil
+			}
+		}
+		return errors.New("no ErrImageSignature written")
+	})
+	h.waitEvent(p.UID, "Failed", `Failed to verify image "`+image+`"`)
+	if n := len(h.rt.Ops(string(p.UID), "CreateContainer")); n != 0 || h.images.Has(image) {
+		t.Fatalf("%d containers made, image present %v: a refused image must leave nothing", n, h.images.Has(image))
+	}
+
+	h.images.SetUntrusted(image, nil)
+	h.running(p.UID, "app", 0)
+
+	// Present but no longer trusted (the keys changed): the next start
+	// of the container is refused.
+	h.images.SetUntrusted(image, refused)
+	h.rt.Exit(runtime.ContainerID(string(p.UID), "app", 0), 1)
+	h.eventually("the restart refused", func() error {
+		got, _ := h.get("unsigned")
+		if cs := smStatus(got.Status, "app"); cs != nil && cs.State.Waiting != nil && cs.State.Waiting.Reason == "ErrImageSignature" {
+			return nil
+		}
+		return errors.New("not refused")
+	})
+	if n := len(h.rt.Ops(string(p.UID), "CreateContainer")); n != 1 {
+		t.Fatalf("%d containers made, want only the first", n)
 	}
 }

@@ -19,9 +19,11 @@ import (
 	"flotilla.dev/flotilla/agent/node"
 	"flotilla.dev/flotilla/agent/server"
 	"flotilla.dev/flotilla/agent/static"
+	"flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/internal/config"
 	"flotilla.dev/flotilla/internal/version"
 	"flotilla.dev/flotilla/registry"
+	"flotilla.dev/flotilla/registry/trust"
 )
 
 // DefaultConfigFile is read when it exists (--config names another).
@@ -88,7 +90,13 @@ also be a map, and registries configures registry hosts:
   labels: {site: berlin, line: "3"}
   registries:
     hosts:
-      registry.local:5000: {plainHTTP: true}`,
+      registry.local:5000: {plainHTTP: true}
+  trust:                 # keys in --trust-dir; first matching rule wins
+    policy:
+    - {images: "registry.local:5000/team-a/*", keys: [team-a.pub]}
+    - {images: "registry.local:5000/tools/*", unverified: true}
+  images:
+    allowTags: ["registry.local:5000/dev/*"]   # default: digests only`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runAgent(cmd) },
 	}
@@ -105,10 +113,15 @@ also be a map, and registries configures registry hosts:
 	f.Int("max-pods", node.DefaultMaxPods, "pods this device runs at most")
 	f.String("log-level", "info", "debug, info, warn or error")
 	f.String("manifests-dir", static.DefaultDir, "directory of static pods (*.yaml): they run with or without a hub")
+	f.String("trust-dir", agent.DefaultTrustDir, "directory of cosign public keys (*.pub): when it holds any, every image must be signed by one of them")
 	// registries is a config-file key only (a map); declared so that the
 	// file's unknown-key check accepts it.
 	f.String("registries", "", "registry hosts (config file only; see --help)")
 	_ = f.MarkHidden("registries")
+	f.String("trust", "", "which keys sign which images (config file only; see --help)")
+	_ = f.MarkHidden("trust")
+	f.String("images", "", "which images may run by tag (config file only; see --help)")
+	_ = f.MarkHidden("images")
 	return cmd
 }
 
@@ -150,6 +163,18 @@ func agentConfig(v *viper.Viper) (agent.Config, error) {
 			return agent.Config{}, fmt.Errorf("the registries key: %w", err)
 		}
 	}
+	var trustCfg struct{ Policy []trust.Rule }
+	if raw := v.Get("trust"); raw != nil && raw != "" {
+		if err := v.UnmarshalKey("trust", &trustCfg); err != nil {
+			return agent.Config{}, fmt.Errorf("the trust key: %w", err)
+		}
+	}
+	var images image.Policy
+	if raw := v.Get("images"); raw != nil && raw != "" {
+		if err := v.UnmarshalKey("images", &images); err != nil {
+			return agent.Config{}, fmt.Errorf("the images key: %w", err)
+		}
+	}
 	cfg := agent.Config{
 		NodeName:            v.GetString("node-name"),
 		DataDir:             v.GetString("data-dir"),
@@ -163,6 +188,9 @@ func agentConfig(v *viper.Viper) (agent.Config, error) {
 		LogDir:              v.GetString("log-dir"),
 		MaxPods:             v.GetInt("max-pods"),
 		ManifestsDir:        v.GetString("manifests-dir"),
+		TrustDir:            v.GetString("trust-dir"),
+		TrustPolicy:         trustCfg.Policy,
+		Images:              images,
 		Registries:          regs,
 	}
 	kubeconfig, token := v.GetString("kubeconfig"), v.GetString("token")

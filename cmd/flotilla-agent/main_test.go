@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"flotilla.dev/flotilla/agent/agent"
 	"flotilla.dev/flotilla/internal/config"
 )
 
@@ -30,6 +31,10 @@ func load(t *testing.T, file string, args ...string) (map[string]string, error) 
 		"node": cfg.NodeName, "data": cfg.DataDir, "ns": cfg.ContainerdNamespace, "ip": cfg.NodeIP,
 		"listen": cfg.ServerListen, "bins": strings.Join(cfg.CNIBinDirs, ":"), "logs": cfg.LogDir,
 		"manifests": cfg.ManifestsDir, "standalone": fmt.Sprint(cfg.Credentials == nil),
+		"trustdir": cfg.TrustDir, "allowTags": strings.Join(cfg.Images.AllowTags, ","),
+	}
+	for i, r := range cfg.TrustPolicy {
+		out[fmt.Sprintf("trust:%d", i)] = fmt.Sprintf("%s %v %v", r.Images, r.Keys, r.Unverified)
 	}
 	for k, v := range cfg.Labels {
 		out["label:"+k] = v
@@ -142,5 +147,44 @@ func TestVersionAndHelp(t *testing.T) {
 	root.SetArgs([]string{"--config", "", "--data-dir", filepath.Join(tmp, "data"), "--log-dir", filepath.Join(tmp, "logs"), "--kubeconfig", filepath.Join(tmp, "missing")})
 	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("bare flags: %v", err)
+	}
+}
+
+func TestTrustConfig(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "agent.yaml")
+	os.WriteFile(file, []byte(`kubeconfig: /etc/flotilla/agent.kubeconfig
+trust-dir: /srv/trust
+trust:
+  policy:
+  - {images: "registry.local:5000/team-a/*", keys: [team-a.pub]}
+  - {images: "registry.local:5000/tools/*", unverified: true}
+images:
+  allowTags: ["registry.local:5000/dev/*"]
+`), 0o644)
+	got, err := load(t, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{
+		"trustdir": "/srv/trust", "allowTags": "registry.local:5000/dev/*",
+		"trust:0": "registry.local:5000/team-a/* [team-a.pub] false", "trust:1": "registry.local:5000/tools/* [] true",
+	} {
+		if got[k] != want {
+			t.Errorf("%s = %q, want %q", k, got[k], want)
+		}
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("kubeconfig: /x\ntrust:\n  policy:\n  - {images: \"[\", keys: [a.pub]}\n"), 0o644)
+	cmd := newRun()
+	v, err := config.Load(cmd, bad, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := agentConfig(v)
+	if err == nil {
+		_, err = agent.New(cfg)
+	}
+	if err == nil || !strings.Contains(err.Error(), "trust") {
+		t.Errorf("a bad image glob in the trust policy: %v, want an error naming the trust policy", err)
 	}
 }

@@ -218,6 +218,10 @@ func firstBlocked(pod *corev1.Pod) *blocked {
 	return check(pod.Spec.Containers, pod.Status.ContainerStatuses, false)
 }
 
+// ReasonImageSignature is the waiting reason the agent gives a container
+// whose image's signature it refused (registry/trust.WaitingReason).
+const ReasonImageSignature = "ErrImageSignature"
+
 func containerBlocked(pod *corev1.Pod, b *blocked, fd Finding, events []corev1.Event, f *Facts, now time.Time) Finding {
 	node := pod.Spec.NodeName
 	name := b.status.Name
@@ -235,7 +239,7 @@ func containerBlocked(pod *corev1.Pod, b *blocked, fd Finding, events []corev1.E
 	fd.Severity = Critical
 
 	switch {
-	case strings.Contains(lower, "signature") || strings.Contains(lower, "cosign") || strings.Contains(lower, "verif"):
+	case reason == ReasonImageSignature:
 		fd.Stage, fd.Owner = StageSignature, "the image signature check (trusted keys on "+node+")"
 		fd.Summary = fmt.Sprintf("%s: image refused, its signature does not verify (%s)", what, reason)
 		fd.Details = append(fd.Details, imageFacts(b)...)

@@ -28,11 +28,13 @@ type Images struct {
 	present  map[string]registry.Pulled
 	pullErrs map[string]error
 	pulls    map[string]int
+	// untrusted holds the images whose signature does not verify.
+	untrusted map[string]error
 }
 
 // NewImages returns a fake with the images present.
 func NewImages(present ...string) *Images {
-	im := &Images{present: map[string]registry.Pulled{}, pullErrs: map[string]error{}, pulls: map[string]int{}}
+	im := &Images{present: map[string]registry.Pulled{}, pullErrs: map[string]error{}, pulls: map[string]int{}, untrusted: map[string]error{}}
 	for _, image := range present {
 		if err := im.Add(image); err != nil {
 			panic(err)
@@ -71,6 +73,9 @@ func (im *Images) Pull(_ context.Context, image string) (registry.Pulled, error)
 	im.mu.Lock()
 	defer im.mu.Unlock()
 	im.pulls[key]++
+	if err := im.untrusted[key]; err != nil {
+		return registry.Pulled{}, err
+	}
 	if err := im.pullErrs[key]; err != nil {
 		return registry.Pulled{}, err
 	}
@@ -82,6 +87,28 @@ func (im *Images) Pull(_ context.Context, image string) (registry.Pulled, error)
 	im.present[key] = p
 	p.Fetched = true
 	return p, nil
+}
+
+// Reverify fails with the error SetUntrusted gave the image.
+func (im *Images) Reverify(_ context.Context, p registry.Pulled) error {
+	if err := im.enter("Reverify"); err != nil {
+		return err
+	}
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	return im.untrusted[p.Ref.PullName()]
+}
+
+// SetUntrusted makes the image's signature fail to verify with err (nil:
+// verify again), whether it is present or pulled.
+func (im *Images) SetUntrusted(image string, err error) {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	if err == nil {
+		delete(im.untrusted, imageKey(image))
+		return
+	}
+	im.untrusted[imageKey(image)] = err
 }
 
 // Add makes images present without a pull.
