@@ -222,7 +222,7 @@ func TestAgentEndToEnd(t *testing.T) {
 	stop()
 }
 
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool, state ...func() string) {
+func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool, state ...func() string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {

@@ -32,7 +32,7 @@ import (
 // network namespace on a private containerd namespace, which the test
 // starts and stops (agent restarts) as it likes.
 type testDevice struct {
-	t                          *testing.T
+	t                          testing.TB
 	hub                        *hubtest.Hub
 	cfg                        Config
 	name, dir, hostNS, ns, img string
@@ -41,7 +41,7 @@ type testDevice struct {
 	done   chan error
 }
 
-func newTestDevice(t *testing.T, hub ...hubtest.Options) *testDevice {
+func newTestDevice(t testing.TB, hub ...hubtest.Options) *testDevice {
 	t.Helper()
 	_, ns := testimage.Containerd(t)
 	d := &testDevice{t: t, ns: ns, img: testimage.App(t), dir: t.TempDir()}

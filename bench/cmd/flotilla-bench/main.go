@@ -29,7 +29,7 @@ import (
 )
 
 func main() {
-	only := flag.String("only", "", "comma-separated figures to run (api,fanout,rollout,gitops,scheduler,proxy,agent); empty runs all")
+	only := flag.String("only", "", "comma-separated figures to run (api,fanout,rollout,gitops,scheduler,proxy,agent,autonomy); empty runs all")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -129,9 +129,52 @@ func main() {
 			}
 		}
 	}
+	if want("autonomy") {
+		lines, err := autonomy(ctx)
+		report("autonomy", err)
+		for _, l := range lines {
+			fmt.Println(l)
+		}
+	}
 	if failed {
 		os.Exit(1)
 	}
+}
+
+// autonomyFigures names agent/agent's BenchmarkAutonomy metrics.
+var autonomyFigures = []struct{ metric, name, unit string }{
+	{"ms-start-to-cached-pods-ready", "agent start, hub away → 5 cached pods Ready", "ms"},
+	{"ms-reboot-to-service-answering", "power cut, hub away → Service answering", "ms"},
+	{"reconnect-requests", "hub back: requests the device sends", "requests"},
+	{"reconnect-KiB", "hub back: bytes the device reads", "KiB"},
+}
+
+// autonomy runs BenchmarkAutonomy (root, containerd, a real agent on its
+// own namespace) once and prints its metrics as figures.
+func autonomy(ctx context.Context) ([]string, error) {
+	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-run", "^$", "-bench", "^BenchmarkAutonomy$", "-benchtime", "1x", "./agent/agent/")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("%v\n%s", err, out)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if !strings.HasPrefix(l, "BenchmarkAutonomy") {
+			continue
+		}
+		f := strings.Fields(l)
+		for _, fig := range autonomyFigures {
+			for i := 1; i+1 < len(f); i++ {
+				if f[i+1] == fig.metric {
+					lines = append(lines, fmt.Sprintf("%-44s %s %s", fig.name, f[i], fig.unit))
+				}
+			}
+		}
+	}
+	if len(lines) == 0 {
+		return nil, fmt.Errorf("no figures in:\n%s", out)
+	}
+	return lines, nil
 }
 
 type hubProc struct {
