@@ -34,6 +34,7 @@ import (
 	"flotilla.dev/flotilla/agent/proxy"
 	"flotilla.dev/flotilla/agent/routes"
 	"flotilla.dev/flotilla/agent/runtime"
+	"flotilla.dev/flotilla/agent/runtime/podns"
 	"flotilla.dev/flotilla/agent/server"
 	"flotilla.dev/flotilla/agent/static"
 	"flotilla.dev/flotilla/api/image"
@@ -55,7 +56,8 @@ var (
 	// ErrConfig is returned for a configuration that cannot work.
 	ErrConfig = errors.New("invalid agent configuration")
 	// ErrPodCIDRChanged ends Run when the hub assigned another pod CIDR
-	// than the one the pod network was set up with; restart to apply it.
+	// than the one the pod network was set up with; the next Run moves
+	// the pod network (bridge, IPAM, pods' sandboxes) to it.
 	ErrPodCIDRChanged = errors.New("the node's pod CIDR changed; restart the agent to apply it")
 )
 
@@ -493,23 +495,37 @@ func (a *Agent) runPods(ctx context.Context, client kubernetes.Interface, shared
 		if err := writeCIDR(cidrPath, cidr); err != nil {
 			return err
 		}
-	} else {
-		go func() {
-			hub, err := nd.WaitForPodCIDR(ctx)
-			if err != nil || hub == cidr {
-				return
-			}
-			if err := writeCIDR(cidrPath, hub); err != nil {
-				errc <- err
-				return
-			}
-			errc <- fmt.Errorf("%w (from %s to %s)", ErrPodCIDRChanged, cidr, hub)
-		}()
 	}
-	network, err := cni.New(cni.Config{ConfDir: a.cfg.CNIConfDir, BinDirs: a.cfg.CNIBinDirs, PodCIDR: cidr})
+	// The range the device remembers may have changed on the hub
+	// meanwhile (a Node made again gets another), or may change later.
+	go func() {
+		hub, err := nd.PodCIDRChange(ctx, cidr)
+		if err != nil {
+			return
+		}
+		if err := writeCIDR(cidrPath, hub); err != nil {
+			errc <- err
+			return
+		}
+		errc <- fmt.Errorf("%w (from %s to %s)", ErrPodCIDRChanged, cidr, hub)
+	}()
+	netCfg := cni.Config{ConfDir: a.cfg.CNIConfDir, BinDirs: a.cfg.CNIBinDirs, PodCIDR: cidr}
+	var moved bool
+	if err := a.inNetNS(func() error {
+		var err error
+		moved, err = cni.ReleaseStaleRange(netCfg, cidr)
+		return err
+	}); err != nil {
+		return fmt.Errorf("pod network: moving to the pod CIDR %s: %w (remove the bridge %s by hand: ip link delete %s)", cidr, err, cni.DefaultBridge, cni.DefaultBridge)
+	}
+	if moved {
+		a.log.Warn("the pod network moved to the node's new pod CIDR; pods on the old range get new sandboxes", "podCIDR", cidr)
+	}
+	network, err := cni.New(netCfg)
 	if err != nil {
 		return fmt.Errorf("pod network: %w", err)
 	}
+	_, podNet, _ := net.ParseCIDR(cidr)
 	// The cluster DNS server listens on the pod bridge's address (the
 	// pod CIDR's first host, the bridge plugin's gateway), where every pod
 	// reaches it.
@@ -541,7 +557,7 @@ func (a *Agent) runPods(ctx context.Context, client kubernetes.Interface, shared
 	k, err := kubelet.New(kubelet.Config{
 		NodeName: a.cfg.NodeName, Client: client, Runtime: rt, Network: network, Puller: puller,
 		HostIPs: hostIPs, ClusterDNS: []string{gw}, RootDir: filepath.Join(a.cfg.DataDir, "pods"), NetNSPath: a.cfg.NetNSPath, Log: a.log,
-		Store: store, Sources: []kubelet.PodSource{statics},
+		Store: store, Sources: []kubelet.PodSource{statics}, PodCIDR: podNet,
 	})
 	if err != nil {
 		return err
@@ -553,6 +569,14 @@ func (a *Agent) runPods(ctx context.Context, client kubernetes.Interface, shared
 		}
 	}()
 	return <-errc
+}
+
+// inNetNS runs fn in the pod network's namespace.
+func (a *Agent) inNetNS(fn func() error) error {
+	if a.cfg.NetNSPath == "" {
+		return fn()
+	}
+	return podns.Do(a.cfg.NetNSPath, fn)
 }
 
 // gatewayOf is the first host address of a pod CIDR.

@@ -2,10 +2,12 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -299,6 +301,67 @@ func TestRebootWithoutHub(t *testing.T) {
 	d.hub = d.hub.Restart()
 	if err := os.Remove(filepath.Join(d.cfg.ManifestsDir, "edge.yaml")); err != nil {
 		t.Fatal(err)
+	}
+	d.deletePod("default", "web")
+	waitFor(t, "the device empty", 60*time.Second, func() bool { return len(d.pods()) == 0 })
+}
+
+// TestPodCIDRMoves gives a running device another pod CIDR, as a hub
+// restored from a backup or a device that joined again would: the agent
+// stops to apply it, and its next start moves the bridge, the IPAM state
+// and the pod to the new range, instead of failing every pod on the old
+// bridge address.
+func TestPodCIDRMoves(t *testing.T) {
+	d := newTestDevice(t)
+	d.start()
+	d.assignPodCIDR("10.88.15.0/24")
+	bg := context.Background()
+	pods := d.hub.Client.CoreV1().Pods("default")
+	if _, err := pods.Create(bg, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.PodSpec{NodeName: d.name, TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{Name: "app", Image: d.img, Args: []string{"sleep", "1h"}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ipIn := func(prefix string) func() bool {
+		return func() bool {
+			p, err := pods.Get(bg, "web", metav1.GetOptions{})
+			return err == nil && strings.HasPrefix(p.Status.PodIP, prefix) && len(p.Status.ContainerStatuses) == 1 &&
+				p.Status.ContainerStatuses[0].State.Running != nil
+		}
+	}
+	waitFor(t, "the pod running on the first range", 120*time.Second, ipIn("10.88.15."))
+
+	// A Node's pod CIDR never changes; a Node made again gets another.
+	if err := d.hub.Client.CoreV1().Nodes().Delete(bg, d.name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d.assignPodCIDR("10.88.16.0/24")
+	select {
+	case err := <-d.done:
+		if !errors.Is(err, ErrPodCIDRChanged) {
+			t.Fatalf("Run ended with %v, want ErrPodCIDRChanged", err)
+		}
+		d.cancel()
+		d.cancel = nil
+	case <-time.After(60 * time.Second):
+		t.Fatal("the agent did not notice the new pod CIDR")
+	}
+	d.start()
+	waitFor(t, "the pod running on the new range", 120*time.Second, ipIn("10.88.16."), func() string {
+		p, _ := pods.Get(bg, "web", metav1.GetOptions{})
+		ev, _ := d.hub.Client.CoreV1().Events("default").List(bg, metav1.ListOptions{})
+		var b strings.Builder
+		fmt.Fprintf(&b, "pod: %s %+v\n", p.Status.PodIP, p.Status.ContainerStatuses)
+		for _, e := range ev.Items {
+			fmt.Fprintf(&b, "event %s: %s\n", e.Reason, e.Message)
+		}
+		return b.String()
+	})
+	out, err := exec.Command("nsenter", "--net="+d.hostNS, "ip", "-4", "-br", "addr", "show", "flotilla0").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "10.88.16.1/24") || strings.Contains(string(out), "10.88.15.") {
+		t.Errorf("bridge after the move: %v\n%s", err, out)
 	}
 	d.deletePod("default", "web")
 	waitFor(t, "the device empty", 60*time.Second, func() bool { return len(d.pods()) == 0 })

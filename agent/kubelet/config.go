@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"time"
 
@@ -54,6 +55,9 @@ type Config struct {
 	// (static pods, the local cache). A pod UID in several sources is
 	// taken from the first.
 	Sources []PodSource
+	// PodCIDR is the device's pod range; a sandbox whose address lies
+	// outside it (the hub gave the device another range) is made again.
+	PodCIDR *net.IPNet
 	// Store, when set, keeps the hub's pods and the ConfigMaps and
 	// Secrets they use on the device, and serves them (a CacheSource)
 	// until the hub source syncs: a restart without the hub runs what

@@ -355,6 +355,23 @@ func (k *Kubelet) updateStatus(ctx context.Context, w *podWorker, pod *corev1.Po
 
 // ensureSandbox makes the pod's namespaces and network ready.
 func (k *Kubelet) ensureSandbox(ctx context.Context, pod *corev1.Pod, sb *runtime.Sandbox, cs []*runtime.Container) (*runtime.Sandbox, error) {
+	if sb != nil && !k.inPodCIDR(sb.IP) {
+		// The device was given another pod range: the pod needs an
+		// address in it, so a new sandbox, as after a reboot.
+		k.event(pod, "", corev1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created: its address %s is outside the node's pod CIDR %s", sb.IP, k.cfg.PodCIDR)
+		for _, c := range cs {
+			if c.Status.State == runtime.StateRunning {
+				if _, err := k.rt.StopContainer(ctx, c.ID, k.cfg.MinGracePeriod); err != nil {
+					return nil, err
+				}
+			}
+		}
+		k.cniTeardown(ctx, sb)
+		if err := k.rt.RemoveSandbox(ctx, sb.ID); err != nil {
+			return nil, err
+		}
+		sb = nil
+	}
 	if sb != nil && sb.Ready() && (pod.Spec.HostNetwork || sb.IP != "") {
 		return sb, nil
 	}
@@ -394,7 +411,7 @@ func (k *Kubelet) ensureSandbox(ctx context.Context, pod *corev1.Pod, sb *runtim
 		return nil, err
 	}
 	at := cni.Attach{Ports: hostPorts(pod)}
-	if prev := previousIP(pod); existed || prev != nil {
+	if prev := previousIP(pod); existed || (prev != nil && k.inPodCIDR(prev.String())) {
 		// An earlier attempt, or the pod's sandbox before a reboot, may
 		// still hold an address under this pod's ID: release it first so
 		// IPAM neither refuses the pod nor holds two addresses.
@@ -424,6 +441,16 @@ func (k *Kubelet) ensureSandbox(ctx context.Context, pod *corev1.Pod, sb *runtim
 	}
 	sb.IP = ip.String()
 	return sb, nil
+}
+
+// inPodCIDR reports whether a sandbox address fits the device's pod
+// range ("" and an unknown range always do).
+func (k *Kubelet) inPodCIDR(ip string) bool {
+	if ip == "" || k.cfg.PodCIDR == nil {
+		return true
+	}
+	parsed := net.ParseIP(ip)
+	return parsed == nil || k.cfg.PodCIDR.Contains(parsed)
 }
 
 // previousIP is the pod-network address the pod last reported.

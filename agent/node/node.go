@@ -233,6 +233,30 @@ func (n *Node) WaitForPodCIDR(ctx context.Context) (string, error) {
 	}
 }
 
+// PodCIDRChange waits until the hub's Node carries a pod CIDR other than
+// have (a Node made again, after a new join or a hub restored from a
+// backup, gets another) and returns it.
+func (n *Node) PodCIDRChange(ctx context.Context, have string) (string, error) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		n.mu.Lock()
+		cur := ""
+		if n.last != nil {
+			cur = n.last.Spec.PodCIDR
+		}
+		n.mu.Unlock()
+		if cur != "" && cur != have {
+			return cur, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
 // observe records a Node read from or written to the hub, if it is newer
 // than what we have.
 func (n *Node) observe(node *corev1.Node) {

@@ -140,15 +140,22 @@ func runAgent(cmd *cobra.Command) error {
 	log := newLogger(v.GetString("log-level"))
 	slog.SetDefault(log)
 	cfg.Log = log
-	a, err := agent.New(cfg)
-	if err != nil {
+	for {
+		a, err := agent.New(cfg)
+		if err != nil {
+			return err
+		}
+		err = a.Run(cmd.Context())
+		if errors.Is(err, agent.ErrPodCIDRChanged) && cmd.Context().Err() == nil {
+			// A new start sets the pod network up on the new range.
+			log.Warn("restarting the agent to move to the new pod CIDR", "err", err)
+			continue
+		}
+		if errors.Is(err, context.Canceled) {
+			return nil
+		}
 		return err
 	}
-	err = a.Run(cmd.Context())
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
 }
 
 // agentConfig turns the merged configuration into agent.Config.
