@@ -254,7 +254,9 @@ func TestAgainstHubDiagnosisOfUnschedulablePod(t *testing.T) {
 	var out string
 	waitFor(t, func() bool {
 		out, _, _ = r.run(ctx, "", "describe", "pod", "riscv-only")
-		return strings.Contains(out, "FailedScheduling")
+		// The scheduler writes the Event and the pod's PodScheduled
+		// condition in two steps; the Diagnosis quotes the condition.
+		return strings.Contains(out, "FailedScheduling") && strings.Contains(out, "not scheduled: ")
 	})
 	for _, want := range []string{"Stuck at: scheduling", "Owner:    the scheduler", "not scheduled: 0/1 nodes are available", "kubernetes.io/arch=riscv64"} {
 		if !strings.Contains(out, want) {
