@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/hub/apiserver"
 	"flotilla.dev/flotilla/hub/apiserver/openapi"
 	"flotilla.dev/flotilla/hub/audit"
@@ -40,6 +41,8 @@ type Config struct {
 	TLSSANs []string
 	// AllowTagImages admits images referenced by tag instead of digest.
 	AllowTagImages bool
+	// Images admits tags for some repositories only (--allow-tags).
+	Images image.Policy
 	// AdvertiseURL is the API URL written into kubeconfigs; derived from
 	// Listen when empty.
 	AdvertiseURL string
@@ -81,6 +84,9 @@ func New(cfg Config) (*Hub, error) {
 	}
 	if cfg.DataDir == "" {
 		return nil, errors.New("hub: a data dir is required (--data-dir)")
+	}
+	if err := cfg.Images.Validate(); err != nil {
+		return nil, fmt.Errorf("hub: --allow-tags: %w", err)
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the data dir %s: %w", cfg.DataDir, err)
@@ -127,6 +133,7 @@ func New(cfg Config) (*Hub, error) {
 		Log:            cfg.Log,
 		Registry:       reg,
 		AllowTagImages: cfg.AllowTagImages,
+		Images:         cfg.Images,
 		PodLogs:        apiserver.AgentPodLogs(p.AdminCredentials),
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/hub"
 	"flotilla.dev/flotilla/internal/config"
 	"flotilla.dev/flotilla/internal/version"
@@ -71,6 +72,7 @@ func newServe() *cobra.Command {
 				Listen:         v.GetString("listen"),
 				TLSSANs:        v.GetStringSlice("tls-san"),
 				AllowTagImages: v.GetBool("allow-tag-images"),
+				Images:         image.Policy{AllowTags: v.GetStringSlice("allow-tags")},
 				AdvertiseURL:   v.GetString("advertise-url"),
 				RunLoops:       true,
 				Loops:          hubLoops,
@@ -91,6 +93,7 @@ func newServe() *cobra.Command {
 	f.StringSlice("tls-san", nil, "extra DNS names or IPs for the serving certificate")
 	f.String("advertise-url", "", "API URL written into kubeconfigs (default: from --listen)")
 	f.Bool("allow-tag-images", false, "admit images referenced by tag instead of digest (not recommended)")
+	f.StringSlice("allow-tags", nil, "repositories (globs: registry.local:5000/dev/*) whose images may be referenced by tag; every other image must be pinned by digest")
 	f.String("log-level", "info", "debug, info, warn or error")
 	addSourceFlags(f)
 	return cmd

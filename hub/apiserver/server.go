@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/hub/store"
 )
 
@@ -29,6 +30,9 @@ type Config struct {
 	Registry *prometheus.Registry
 	// AllowTagImages admits images referenced by tag instead of digest.
 	AllowTagImages bool
+	// Images admits tags for the repositories it names (the agents read
+	// the same policy from agent.yaml).
+	Images image.Policy
 	// WatchWindow is how many recent events a watch can resume from.
 	WatchWindow int
 	// WatcherBuffer is how many events a watcher may lag before it is closed.

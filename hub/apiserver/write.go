@@ -32,7 +32,7 @@ const (
 )
 
 func (s *Server) validationOptions() validation.Options {
-	return validation.Options{AllowTagImages: s.cfg.AllowTagImages}
+	return validation.Options{AllowTagImages: s.cfg.AllowTagImages, Images: s.cfg.Images}
 }
 
 func invalid(res *api.Resource, name string, errs field.ErrorList) error {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/hub"
 )
 
@@ -41,6 +42,8 @@ type Options struct {
 	Loops []hub.Loop
 	// AllowTagImages admits tag-only image references.
 	AllowTagImages bool
+	// Images admits tags for the repositories it names.
+	Images image.Policy
 	// Listen is the API's address; a free loopback port when empty.
 	Listen string
 	// Log receives the hub's logs; discarded unless FLOTILLA_TEST_LOG is set.
@@ -69,7 +72,7 @@ func Start(t testing.TB, opts ...Options) *Hub {
 	}
 	h, err := hub.New(hub.Config{
 		DataDir: o.DataDir, Listen: o.Listen, RunLoops: len(o.Loops) > 0, Loops: o.Loops,
-		AllowTagImages: o.AllowTagImages, Log: o.Log,
+		AllowTagImages: o.AllowTagImages, Images: o.Images, Log: o.Log,
 	})
 	if err != nil {
 		t.Fatalf("starting a hub: %v", err)

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	apiimage "flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/hub/hubtest"
 )
 
@@ -59,5 +60,26 @@ func TestHubRefusesTagOnlyImages(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "registry.local/shop/app@sha256:<64 hex digits>") || !strings.Contains(err.Error(), `"latest"`) {
 		t.Errorf("422 does not say how to pin: %v", err)
+	}
+}
+
+// TestHubAllowsTagsWhereThePolicySays: --allow-tags admits tags for the
+// repositories it names, and only those.
+func TestHubAllowsTagsWhereThePolicySays(t *testing.T) {
+	h := hubtest.Start(t, hubtest.Options{Images: apiimage.Policy{AllowTags: []string{"registry.local:5000/dev/*"}}})
+	c := ctx(t)
+	pod := func(name, img string) error {
+		_, err := h.Client.CoreV1().Pods("default").Create(c, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: img}}},
+		}, metav1.CreateOptions{})
+		return err
+	}
+	if err := pod("dev", "registry.local:5000/dev/app:1.2"); err != nil {
+		t.Fatalf("a tag in an allowed repository: %v", err)
+	}
+	err := pod("prod", "registry.local:5000/prod/app:1.2")
+	if got := causes(t, err); got["spec.containers[0].image"] != metav1.CauseTypeFieldValueInvalid {
+		t.Fatalf("a tag outside the allowed repositories: causes %v (%v)", got, err)
 	}
 }
