@@ -366,3 +366,37 @@ func TestPodCIDRMoves(t *testing.T) {
 	d.deletePod("default", "web")
 	waitFor(t, "the device empty", 60*time.Second, func() bool { return len(d.pods()) == 0 })
 }
+
+// TestPodDeletedWhileAway: a pod deleted on the hub while its device was
+// away keeps running from the cache until the hub answers, then stops.
+func TestPodDeletedWhileAway(t *testing.T) {
+	d := newTestDevice(t)
+	d.start()
+	d.assignPodCIDR("10.88.17.0/24")
+	bg := context.Background()
+	pods := d.hub.Client.CoreV1().Pods("default")
+	if _, err := pods.Create(bg, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "gone"},
+		Spec: corev1.PodSpec{NodeName: d.name, HostNetwork: true, TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{Name: "app", Image: d.img, Args: []string{"sleep", "1h"}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pod running", 120*time.Second, func() bool { return d.pods()["default/gone"] })
+	d.stop()
+	zero := int64(0)
+	if err := pods.Delete(bg, "gone", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	d.hub.Stop()
+	d.start()
+	time.Sleep(3 * time.Second)
+	if !d.pods()["default/gone"] {
+		t.Fatal("without the hub, the cached pod stopped: the device cannot know it was deleted")
+	}
+	d.hub = d.hub.Restart()
+	waitFor(t, "the pod stopped once the hub answered", 120*time.Second, func() bool {
+		_, present := d.pods()["default/gone"]
+		return !present
+	})
+}
