@@ -212,12 +212,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("hub credentials: %w", err)
 	}
-	if err := os.MkdirAll(a.cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("creating the data dir: %w", err)
-	}
-	store, err := localstore.Open(filepath.Join(a.cfg.DataDir, stateFile), localstore.Options{})
+	store, err := a.openState()
 	if err != nil {
-		return fmt.Errorf("the device's local state: %w", err)
+		return err
 	}
 	defer store.Close()
 	hubCAs, err := caPool(restCfg)
@@ -328,6 +325,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	return err
 }
 
+// openState opens the device's local state in the data dir.
+func (a *Agent) openState() (*localstore.Store, error) {
+	if err := os.MkdirAll(a.cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the data dir: %w", err)
+	}
+	store, err := localstore.Open(filepath.Join(a.cfg.DataDir, stateFile), localstore.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("the device's local state: %w", err)
+	}
+	return store, nil
+}
+
 // openRuntime connects to containerd (waiting for it) and returns the
 // runtime, the image puller and containerd's version.
 func (a *Agent) openRuntime(ctx context.Context, verifier registry.Verifier) (*runtime.Runtime, *registry.Puller, string, error) {
@@ -387,12 +396,9 @@ func (s *staticPods) Run(ctx context.Context, notify func(types.UID)) error {
 // Node, no services, nothing reported; the pod network only where the
 // device remembers a pod CIDR from an earlier join.
 func (a *Agent) runStandalone(ctx context.Context) error {
-	if err := os.MkdirAll(a.cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("creating the data dir: %w", err)
-	}
-	store, err := localstore.Open(filepath.Join(a.cfg.DataDir, stateFile), localstore.Options{})
+	store, err := a.openState()
 	if err != nil {
-		return fmt.Errorf("the device's local state: %w", err)
+		return err
 	}
 	defer store.Close()
 	verifier, err := a.newVerifier(store)

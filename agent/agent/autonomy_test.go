@@ -15,7 +15,6 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 
 	"flotilla.dev/flotilla/agent/runtime"
@@ -195,13 +194,7 @@ func TestDevicePods(t *testing.T) {
 	d.start()
 	d.assignPodCIDR("10.88.11.0/24")
 	bg := context.Background()
-	if _, err := d.hub.Client.CoreV1().Pods("default").Create(bg, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "from-hub"},
-		Spec: corev1.PodSpec{NodeName: d.name, HostNetwork: true, TerminationGracePeriodSeconds: new(int64),
-			Containers: []corev1.Container{{Name: "app", Image: d.img, Args: []string{"sleep", "1h"}}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	d.sleeper("from-hub", d.img, nil)
 	d.writeStaticPod("local")
 	view := DeviceView{DataDir: d.cfg.DataDir, ManifestsDir: d.cfg.ManifestsDir, NodeName: d.name,
 		ContainerdAddress: testimage.ContainerdSocket, ContainerdNamespace: d.ns, LoggerPath: d.cfg.LoggerPath}
@@ -260,22 +253,8 @@ func TestRebootWithoutHub(t *testing.T) {
 	d.start()
 	d.assignPodCIDR("10.88.12.0/24")
 	bg := context.Background()
-	c := d.hub.Client
-	svc, err := c.CoreV1().Services("default").Create(bg, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
-			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.CoreV1().Pods("default").Create(bg, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{"app": "web"}},
-		Spec: corev1.PodSpec{NodeName: d.name, TerminationGracePeriodSeconds: new(int64),
-			Containers: []corev1.Container{{Name: "app", Image: d.img, Ports: []corev1.ContainerPort{{ContainerPort: 8080}}}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	svc := d.webService()
+	d.sleeper("web", d.img, webServer)
 	d.writeStaticPod("edge")
 	url := "http://" + svc.Spec.ClusterIP + ":80/"
 	answers := func() bool { _, err := d.get(url); return err == nil }
@@ -317,13 +296,7 @@ func TestPodCIDRMoves(t *testing.T) {
 	d.assignPodCIDR("10.88.15.0/24")
 	bg := context.Background()
 	pods := d.hub.Client.CoreV1().Pods("default")
-	if _, err := pods.Create(bg, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: corev1.PodSpec{NodeName: d.name, TerminationGracePeriodSeconds: new(int64),
-			Containers: []corev1.Container{{Name: "app", Image: d.img, Args: []string{"sleep", "1h"}}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	d.sleeper("web", d.img, func(p *corev1.Pod) { p.Spec.HostNetwork = false })
 	ipIn := func(prefix string) func() bool {
 		return func() bool {
 			p, err := pods.Get(bg, "web", metav1.GetOptions{})
@@ -375,13 +348,7 @@ func TestPodDeletedWhileAway(t *testing.T) {
 	d.assignPodCIDR("10.88.17.0/24")
 	bg := context.Background()
 	pods := d.hub.Client.CoreV1().Pods("default")
-	if _, err := pods.Create(bg, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "gone"},
-		Spec: corev1.PodSpec{NodeName: d.name, HostNetwork: true, TerminationGracePeriodSeconds: new(int64),
-			Containers: []corev1.Container{{Name: "app", Image: d.img, Args: []string{"sleep", "1h"}}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	d.sleeper("gone", d.img, nil)
 	waitFor(t, "the pod running", 120*time.Second, func() bool { return d.pods()["default/gone"] })
 	d.stop()
 	zero := int64(0)

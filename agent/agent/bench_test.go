@@ -63,25 +63,13 @@ func BenchmarkAutonomy(b *testing.B) {
 	d.start()
 	d.assignPodCIDR("10.88.14.0/24")
 	bg := context.Background()
-	c := d.hub.Client
-	svc, err := c.CoreV1().Services("default").Create(bg, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
-			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	svc := d.webService()
 	for i := range pods {
-		if _, err := c.CoreV1().Pods("default").Create(bg, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("web-%d", i), Labels: map[string]string{"app": "web"}},
-			Spec: corev1.PodSpec{NodeName: d.name, TerminationGracePeriodSeconds: new(int64),
-				Containers: []corev1.Container{{Name: "app", Image: d.img, Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
-					ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
-						HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}}}}}},
-		}, metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
+		d.sleeper(fmt.Sprintf("web-%d", i), d.img, func(p *corev1.Pod) {
+			webServer(p)
+			p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+				HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}}}
+		})
 	}
 	view := DeviceView{DataDir: d.cfg.DataDir, ManifestsDir: d.cfg.ManifestsDir, NodeName: d.name,
 		ContainerdAddress: testimage.ContainerdSocket, ContainerdNamespace: d.ns, LoggerPath: d.cfg.LoggerPath}

@@ -21,6 +21,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"flotilla.dev/flotilla/agent/runtime"
 	"flotilla.dev/flotilla/agent/runtime/podns"
@@ -278,4 +279,46 @@ func (d *testDevice) get(url string) (string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return string(b), err
+}
+
+// sleeper creates a pod bound to the device that runs image and sleeps,
+// on the host's network (mod may change it), and returns it.
+func (d *testDevice) sleeper(name, image string, mod func(*corev1.Pod)) *corev1.Pod {
+	d.t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{NodeName: d.name, HostNetwork: true, TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{Name: "app", Image: image, Args: []string{"sleep", "1h"}}}},
+	}
+	if mod != nil {
+		mod(p)
+	}
+	created, err := d.hub.Client.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return created
+}
+
+// webServer makes a sleeper a web server on the pod network (the test app
+// serves on 8080 with no arguments), labelled app=web.
+func webServer(p *corev1.Pod) {
+	p.Labels = map[string]string{"app": "web"}
+	p.Spec.HostNetwork = false
+	p.Spec.Containers[0].Args = nil
+	p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 8080}}
+}
+
+// webService creates the Service web, port 80 to the app=web pods' 8080.
+func (d *testDevice) webService() *corev1.Service {
+	d.t.Helper()
+	svc, err := d.hub.Client.CoreV1().Services("default").Create(context.Background(), &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return svc
 }

@@ -48,13 +48,7 @@ func TestImageTrust(t *testing.T) {
 	bg := context.Background()
 	pods := d.hub.Client.CoreV1().Pods("default")
 	for name, img := range map[string]string{"signed": signed, "unsigned": unsigned, "foreign": foreign} {
-		if _, err := pods.Create(bg, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: corev1.PodSpec{NodeName: d.name, HostNetwork: true, TerminationGracePeriodSeconds: new(int64),
-				Containers: []corev1.Container{{Name: "app", Image: img, Args: []string{"sleep", "1h"}}}},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		d.sleeper(name, img, nil)
 	}
 	state := func(name string) *corev1.ContainerStatus {
 		p, err := pods.Get(bg, name, metav1.GetOptions{})
