@@ -22,7 +22,7 @@ import (
 	"flotilla.dev/flotilla/test/testimage"
 )
 
-// outage is how long the hub stays dead: 45 s in make test, longer in
+// outage is how long the hub stays dead: 60 s in make test, longer in
 // make soak (FLOTILLA_OUTAGE=10m).
 func outage(t *testing.T) time.Duration {
 	if v := os.Getenv("FLOTILLA_OUTAGE"); v != "" {
@@ -32,13 +32,14 @@ func outage(t *testing.T) time.Duration {
 		}
 		return d
 	}
-	return 45 * time.Second
+	return 60 * time.Second
 }
 
 // TestHubOutageUnderTraffic kills the hub while a client on one device
-// sends requests through a Service to backends on both devices. The
+// sends requests through a Service to backends on both devices, and,
+// while the hub is away, kills the agent of the other device too. The
 // devices must not notice: no failed request, no container restarted,
-// also when the hub comes back.
+// also when the agent and the hub come back.
 func TestHubOutageUnderTraffic(t *testing.T) {
 	down := outage(t)
 	f := startFleet(t, 2)
@@ -79,10 +80,15 @@ func TestHubOutageUnderTraffic(t *testing.T) {
 	})
 	time.Sleep(5 * time.Second)
 
-	restart := f.killHub()
+	restartHub := f.kill("hub", "")
 	t.Logf("hub killed; back in %s", down)
-	time.Sleep(down)
-	restart()
+	time.Sleep(down / 4)
+	restartAgent := f.kill("dev1", f.prefix+"-dev1")
+	time.Sleep(5 * time.Second)
+	restartAgent()
+	t.Logf("dev1's agent killed with SIGKILL and started again, the hub still away")
+	time.Sleep(down - down/4 - 5*time.Second)
+	restartHub()
 
 	s := <-done
 	t.Logf("figure: hub outage of %s under load: %d requests answered, %d failed", down, s.OK, s.Failed)
@@ -105,11 +111,12 @@ func TestHubOutageUnderTraffic(t *testing.T) {
 	}
 }
 
-// killHub kills the hub with SIGKILL, as a crash or a power cut would,
-// and returns a function that starts it again as the demo did.
-func (f *fleet) killHub() (restart func()) {
+// kill kills the demo's process name ("hub", "dev1") with SIGKILL, as a
+// crash would, and returns a function that starts it again as the demo
+// did: with the same command line, in netns when it is not "".
+func (f *fleet) kill(name, netns string) (restart func()) {
 	f.t.Helper()
-	pidFile := filepath.Join(f.dir, "hub.pid")
+	pidFile := filepath.Join(f.dir, name+".pid")
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
 		f.t.Fatal(err)
@@ -123,8 +130,11 @@ func (f *fleet) killHub() (restart func()) {
 		f.t.Fatal(err)
 	}
 	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-	if !strings.HasSuffix(args[0], "flotilla-hub") {
-		f.t.Fatalf("pid %d in %s is %v, not the hub", pid, pidFile, args)
+	if !strings.Contains(args[0], "flotilla-") {
+		f.t.Fatalf("pid %d in %s is %v, not Flotilla's", pid, pidFile, args)
+	}
+	if netns != "" {
+		args = append([]string{"nsenter", "--net=/run/netns/" + netns}, args...)
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		f.t.Fatal(err)
@@ -134,7 +144,7 @@ func (f *fleet) killHub() (restart func()) {
 	}
 	return func() {
 		f.t.Helper()
-		log, err := os.OpenFile(filepath.Join(f.dir, "hub.log"), os.O_APPEND|os.O_WRONLY, 0)
+		log, err := os.OpenFile(filepath.Join(f.dir, name+".log"), os.O_APPEND|os.O_WRONLY, 0)
 		if err != nil {
 			f.t.Fatal(err)
 		}
