@@ -142,6 +142,7 @@ func TestAgentRestartWithoutHub(t *testing.T) {
 // removal stops it and removes the mirror.
 func TestStaticPodsWithoutHub(t *testing.T) {
 	d := newTestDevice(t)
+	d.asNode() // mirror pods are the device's to make
 	d.start()
 	d.assignPodCIDR("10.88.10.0/24")
 	d.hub.Stop()

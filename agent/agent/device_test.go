@@ -22,9 +22,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
 
 	"flotilla.dev/flotilla/agent/runtime"
 	"flotilla.dev/flotilla/agent/runtime/podns"
+	"flotilla.dev/flotilla/hub/auth"
 	"flotilla.dev/flotilla/hub/hubtest"
 	"flotilla.dev/flotilla/test/testimage"
 )
@@ -321,4 +323,21 @@ func (d *testDevice) webService() *corev1.Service {
 		d.t.Fatal(err)
 	}
 	return svc
+}
+
+// asNode makes the agent talk to the hub as its device does, with a node
+// certificate (the hub's node restrictions apply), instead of the admin
+// kubeconfig; the Node gets no labels a device may not set itself.
+func (d *testDevice) asNode() {
+	d.t.Helper()
+	cert, key, err := d.hub.PKI().IssueClientCert("system:node:"+d.name, []string{auth.GroupNodes}, 24*time.Hour)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	ca := d.hub.PKI().CACertPEM()
+	url := d.hub.URL()
+	d.cfg.Labels = nil
+	d.cfg.Credentials = func(context.Context) (*rest.Config, error) {
+		return &rest.Config{Host: url, TLSClientConfig: rest.TLSClientConfig{CAData: ca, CertData: cert, KeyData: key}, QPS: 50, Burst: 100}, nil
+	}
 }

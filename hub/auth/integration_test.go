@@ -188,6 +188,14 @@ func TestNodeAuthorization(t *testing.T) {
 		{"finish deleting own pod", true, func() error {
 			return pods.Delete(ctx, "pa-going", metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 		}},
+		{"an admin changes a mirror pod", false, func() error {
+			_, err := core.Pods("default").Patch(ctx, "static-a", types.MergePatchType, []byte(`{"metadata":{"labels":{"app":"web"}}}`), metav1.PatchOptions{})
+			return err
+		}},
+		{"an admin makes a mirror pod", false, func() error {
+			_, err := core.Pods("default").Create(ctx, pod("fake-static", "b", mirror), metav1.CreateOptions{})
+			return err
+		}},
 		{"delete own mirror pod", true, func() error { return pods.Delete(ctx, "static-a", metav1.DeleteOptions{}) }},
 		{"delete other node's pod", false, func() error { return pods.Delete(ctx, "pb", metav1.DeleteOptions{}) }},
 		{"bind a pod", false, func() error {

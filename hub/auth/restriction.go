@@ -53,6 +53,9 @@ func NodeMaySetLabel(key string) bool {
 func (NodeRestriction) Admit(ctx context.Context, a apiserver.Attributes, obj, old runtime.Object) error {
 	node := NodeName(a.User)
 	if node == "" {
+		if err := admitMirrorByPerson(a, podOf(obj), podOf(old)); err != nil {
+			return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, objName(obj, old), err)
+		}
 		return nil
 	}
 	var err error
@@ -104,6 +107,24 @@ func objName(obj, old runtime.Object) string {
 func isMirror(p *corev1.Pod) bool {
 	_, ok := p.Annotations[api.AnnotationMirrorPod]
 	return ok
+}
+
+// admitMirrorByPerson keeps mirror pods read-only for everyone but their
+// device: a mirror pod stands for a static pod in a device's manifests
+// dir, and only that file changes it. Deleting one is allowed (the device
+// makes it again), and so are status writes (the hub marks the pods of a
+// silent device not ready).
+func admitMirrorByPerson(a apiserver.Attributes, obj, old *corev1.Pod) error {
+	if a.Subresource == "status" || obj == nil {
+		return nil
+	}
+	switch {
+	case old == nil && isMirror(obj):
+		return fmt.Errorf("node restriction: mirror pods are made by the device that runs the static pod; put the manifest in that device's manifests dir (/etc/flotilla/manifests) instead")
+	case old != nil && (isMirror(old) || isMirror(obj)):
+		return fmt.Errorf("node restriction: pod %s/%s mirrors a static pod on device %s and is read-only here; change the manifest in that device's manifests dir", old.Namespace, old.Name, old.Spec.NodeName)
+	}
+	return nil
 }
 
 func admitPod(node string, a apiserver.Attributes, obj, old *corev1.Pod) error {
