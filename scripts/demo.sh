@@ -57,7 +57,7 @@ down() {
       # containerd namespace and its iptables rules.
       nsenter --net="/run/netns/$PREFIX-dev$i" "$BIN/flotilla-agent" cleanup --pods --config= \
         --containerd-namespace "$PREFIX-dev$i" --data-dir "$DEMO/dev$i" --cni-conf-dir "$DEMO/dev$i/cni" \
-        | sed 's/^/    /' || echo "    cleanup of dev$i reported errors (above)"
+        --log-dir "$DEMO/dev$i/logs" | sed 's/^/    /' || echo "    cleanup of dev$i reported errors (above)"
       ip netns delete "$PREFIX-dev$i" 2>/dev/null || true
     fi
     ip link delete "${PREFIX:0:4}v${i}h" 2>/dev/null || true
@@ -156,7 +156,8 @@ EOT
     nsenter --net="/run/netns/$ns" "$BIN/flotilla-agent" run --config "$DEMO/dev$i/agent.yaml" \
       --hub "$HUB_URL" --token "$TOKEN" --ca-hash "$CAHASH" --node-name "dev$i" \
       --data-dir "$DEMO/dev$i" --containerd-namespace "$ns" --node-ip "$NET.$((10 + i))" \
-      --cni-conf-dir "$DEMO/dev$i/cni" \
+      --cni-conf-dir "$DEMO/dev$i/cni" --log-dir "$DEMO/dev$i/logs" \
+      --manifests-dir "$DEMO/dev$i/manifests" --trust-dir "$DEMO/dev$i/trust" \
       >"$DEMO/dev$i.log" 2>&1 &
     echo $! >"$DEMO/dev$i.pid"
   done

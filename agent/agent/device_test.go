@@ -84,7 +84,7 @@ func newTestDevice(t testing.TB, hub ...hubtest.Options) *testDevice {
 		Labels: map[string]string{"site": "lab"}, NodeIP: "127.0.0.1", ServerListen: "127.0.0.1:0",
 		CNIConfDir: filepath.Join(d.dir, "net.d"), LogDir: filepath.Join(d.dir, "logs"), RunDir: filepath.Join(d.dir, "run"),
 		LoggerPath: logger, NetNSPath: d.hostNS, Credentials: KubeconfigCredentials(d.hub.KubeconfigPath(), ""), Log: testLog(),
-		ManifestsDir: filepath.Join(d.dir, "manifests"),
+		ManifestsDir: filepath.Join(d.dir, "manifests"), TrustDir: filepath.Join(d.dir, "trust"),
 	}
 	t.Cleanup(d.stop)
 	return d

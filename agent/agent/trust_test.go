@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -40,7 +39,6 @@ func TestImageTrust(t *testing.T) {
 	cosign.GenerateKeyPair(t, "other")
 	cosign.Sign(t, "trusted", signed, trusttest.Legacy)
 	cosign.Sign(t, "other", foreign, trusttest.Legacy)
-	d.cfg.TrustDir = filepath.Join(d.dir, "trust")
 	trusttest.InstallKey(t, trusted, d.cfg.TrustDir, "trusted.pub")
 	d.start()
 	d.assignPodCIDR("10.88.13.0/24")

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 
 	"github.com/vishvananda/netlink"
 )
@@ -15,10 +13,11 @@ import (
 // another range while Flotilla's bridge still carries the old gateway
 // address, and the bridge plugin then refuses every pod ("already has an
 // IP address different from ..."). The agent owns that bridge, so it
-// deletes it (the plugin makes it again with the new address) and drops
-// the IPAM reservations outside the new range; pods still on the old
-// range get new sandboxes from the kubelet. It reports whether it moved
-// anything. Run it in the pod network's namespace, before pods start.
+// deletes it (the plugin makes it again with the new address); pods still
+// on the old range get new sandboxes from the kubelet, whose CNI DEL
+// releases their old reservations (host-local releases by pod, whatever
+// the range). It reports whether it moved anything. Run it in the pod
+// network's namespace, before pods start.
 func ReleaseStaleRange(cfg Config, podCIDR string) (bool, error) {
 	cfg = cfg.withDefaults()
 	_, want, err := net.ParseCIDR(podCIDR)
@@ -46,20 +45,6 @@ func ReleaseStaleRange(cfg Config, podCIDR string) (bool, error) {
 		if stale {
 			if err := netlink.LinkDel(link); err != nil {
 				return false, fmt.Errorf("removing bridge %s, which carries an address outside the pod CIDR %s: %w", cfg.BridgeName, podCIDR, err)
-			}
-			moved = true
-		}
-	}
-	dir := filepath.Join(cfg.IPAMDataDir, cfg.NetworkName)
-	entries, err := os.ReadDir(dir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return moved, fmt.Errorf("IPAM state in %s: %w", dir, err)
-	}
-	for _, e := range entries {
-		// host-local keeps one file per reserved address, named by it.
-		if ip := net.ParseIP(e.Name()); ip != nil && !want.Contains(ip) {
-			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
-				return moved, fmt.Errorf("IPAM state in %s: %w", dir, err)
 			}
 			moved = true
 		}

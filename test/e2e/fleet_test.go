@@ -222,6 +222,20 @@ func (f *fleet) runClient(ctx context.Context, name, node string, args ...string
 	return s
 }
 
+// runClientAsync is runClient in a goroutine. A failure in it ends only
+// that goroutine (t.Fatal there does not stop the test), so the channel
+// then carries a summary that says the client failed, and the test goes
+// on to report it instead of waiting forever.
+func (f *fleet) runClientAsync(ctx context.Context, name, node string, args ...string) <-chan clientSummary {
+	done := make(chan clientSummary, 1)
+	go func() {
+		s := clientSummary{Failed: 1, Errors: []string{"client " + name + " did not finish; its error is above"}}
+		defer func() { done <- s }()
+		s = f.runClient(ctx, name, node, args...)
+	}()
+	return done
+}
+
 // clientDuration is how long a client given args sends requests.
 func clientDuration(args []string) time.Duration {
 	for i, a := range args {
@@ -355,10 +369,7 @@ func TestFleetServiceNetworking(t *testing.T) {
 
 	// Zero-downtime rollout: a client on the third device sends requests
 	// through the ClusterIP the whole time.
-	done := make(chan clientSummary, 1)
-	go func() {
-		done <- f.runClient(ctx, "client-rollout", third, "-urls", urlIP, "-duration", "75s", "-interval", "20ms")
-	}()
+	done := f.runClientAsync(ctx, "client-rollout", third, "-urls", urlIP, "-duration", "75s", "-interval", "20ms")
 	waitFor(t, "the rollout client to run", 2*time.Minute, func() (bool, error) {
 		p, err := f.cs.CoreV1().Pods("default").Get(ctx, "client-rollout", metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodRunning, err

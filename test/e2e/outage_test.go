@@ -69,11 +69,8 @@ func TestHubOutageUnderTraffic(t *testing.T) {
 		return len(before) == 2, nil
 	})
 
-	done := make(chan clientSummary, 1)
-	go func() {
-		done <- f.runClient(ctx, "client-outage", "dev2", "-urls", "http://"+svc.Spec.ClusterIP+"/",
-			"-duration", (down + 30*time.Second).String(), "-interval", "20ms")
-	}()
+	done := f.runClientAsync(ctx, "client-outage", "dev2", "-urls", "http://"+svc.Spec.ClusterIP+"/",
+		"-duration", (down + 30*time.Second).String(), "-interval", "20ms")
 	waitFor(t, "the client to run", 2*time.Minute, func() (bool, error) {
 		p, err := f.cs.CoreV1().Pods("default").Get(ctx, "client-outage", metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodRunning, err
