@@ -16,6 +16,7 @@ import (
 
 	"flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/hub"
+	"flotilla.dev/flotilla/hub/apiserver"
 )
 
 // Hub is a hub running for one test.
@@ -123,4 +124,16 @@ func (h *Hub) Restart() *Hub {
 	o.DataDir = h.DataDir
 	o.Listen = strings.TrimPrefix(h.Config.Host, "https://")
 	return Start(h.t, o)
+}
+
+// NodeClient is a client with the node certificate of device node, as its
+// agent has: the hub's node authorizer and restrictions apply to it.
+func (h *Hub) NodeClient(node string) kubernetes.Interface {
+	h.t.Helper()
+	cert, key, err := h.PKI().IssueClientCert("system:node:"+node, []string{apiserver.GroupNodes}, time.Hour)
+	if err != nil {
+		h.t.Fatalf("a node certificate for %s: %v", node, err)
+	}
+	return kubernetes.NewForConfigOrDie(&rest.Config{Host: h.URL(),
+		TLSClientConfig: rest.TLSClientConfig{CAData: h.PKI().CACertPEM(), CertData: cert, KeyData: key}, QPS: 1000, Burst: 1000})
 }

@@ -147,7 +147,8 @@ func TestAgainstHub(t *testing.T) {
 		p.Spec.Tolerations = []corev1.Toleration{{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &one}}
 	})
 	createPod(t, c, "default-toleration", "quiet", nil)
-	createPod(t, c, "static", "quiet", func(p *corev1.Pod) {
+	// Mirror pods are the device's own to make.
+	createPod(t, h.NodeClient("quiet"), "static", "quiet", func(p *corev1.Pod) {
 		p.Annotations = map[string]string{api.AnnotationMirrorPod: "hash"}
 	})
 
