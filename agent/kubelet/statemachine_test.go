@@ -920,6 +920,10 @@ func TestStateMachineOrphans(t *testing.T) {
 		if _, ok := h.net.Attachment(orphan.UID); ok {
 			return errors.New("still attached")
 		}
+		// Logs go last, a step after the rest.
+		if !slices.ContainsFunc(h.rt.RemovedLogs(), func(r runtime.PodRef) bool { return r.UID == orphan.UID }) {
+			return errors.New("logs not removed")
+		}
 		return nil
 	})
 	if g := h.rt.StopGraces(orphanID); len(g) != 1 || g[0] > h.cfg.OrphanGracePeriod || g[0] < h.cfg.OrphanGracePeriod-100*time.Millisecond {
@@ -927,9 +931,6 @@ func TestStateMachineOrphans(t *testing.T) {
 	}
 	if n := h.net.Teardowns(orphan.UID); n != 1 {
 		t.Fatalf("orphan's network torn down %d times", n)
-	}
-	if !slices.ContainsFunc(h.rt.RemovedLogs(), func(r runtime.PodRef) bool { return r.UID == orphan.UID }) {
-		t.Fatal("orphan's logs not removed")
 	}
 
 	// The wanted pod is adopted as it runs.
