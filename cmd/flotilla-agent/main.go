@@ -63,7 +63,7 @@ Run it with "flotilla-agent run" (or, as the kubelet, with flags only).`,
 		}
 		return runAgent(cmd)
 	}
-	root.AddCommand(run, newVersion(), newCleanup(), newPods())
+	root.AddCommand(run, newVersion(), newCleanup(), newPods(), newConfig())
 	return root
 }
 

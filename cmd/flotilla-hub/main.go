@@ -32,7 +32,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServe(), newVersion(), newToken(), newKubeconfig())
+	root.AddCommand(newServe(), newVersion(), newToken(), newKubeconfig(), newConfig())
 	return root
 }
 

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"reflect"
+
+	"github.com/spf13/cobra"
+
+	"flotilla.dev/flotilla/agent/agent"
+	"flotilla.dev/flotilla/api/image"
+	"flotilla.dev/flotilla/internal/config"
+	"flotilla.dev/flotilla/internal/configcheck"
+	"flotilla.dev/flotilla/registry"
+	"flotilla.dev/flotilla/registry/trust"
+)
+
+// newConfig is `flotilla-agent config check`: the file is read and
+// validated by the code run uses, and nothing is started.
+func newConfig() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "config",
+		Short: "Check the agent's config file",
+		Args:  cobra.NoArgs,
+	}
+	check := &cobra.Command{
+		Use:   "check",
+		Short: "Check a config file as run would read it, without starting anything",
+		Long: `Check a config file as "flotilla-agent run" would read it, without
+starting anything: unknown keys, values of the wrong type, and values the
+agent refuses (a node name that is not a DNS name, a relative path, a hub
+without credentials, bad labels, registries, trust policy or image policy)
+are reported with the file, the line and what to do, and the exit code is
+1. A good file prints "ok".
+
+FLOTILLA_<KEY> environment variables count, as they do for run.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			file, _ := cmd.Flags().GetString("config")
+			return checkConfig(file, cmd.OutOrStdout())
+		},
+	}
+	check.Flags().String("config", DefaultConfigFile, "the config file to check")
+	cmd.AddCommand(check)
+	return cmd
+}
+
+func checkConfig(file string, out io.Writer) error {
+	run := newRun() // its flags are the file's keys
+	problems, lines := configcheck.Check(file, configcheck.Options{
+		Flags: run.Flags(),
+		Shapes: map[string]configcheck.Shape{
+			"labels":     {Scalar: true, List: true, Map: true},
+			"registries": {Struct: reflect.TypeFor[registry.Config]()},
+			// As agentConfig decodes them.
+			"trust":  {Struct: reflect.TypeFor[struct{ Policy []trust.Rule }]()},
+			"images": {Struct: reflect.TypeFor[image.Policy]()},
+		},
+		Help: "flotilla-agent run --help",
+	})
+	if len(problems) == 0 {
+		problems = configcheck.Locate(file, lines, validateConfig(run, file))
+	}
+	if len(problems) > 0 {
+		configcheck.Sort(problems)
+		return &configcheck.Error{File: file, Problems: problems}
+	}
+	fmt.Fprintf(out, "%s: ok\n", file)
+	return nil
+}
+
+// validateConfig runs what runAgent runs before the agent starts, and
+// reports every error rather than the first.
+func validateConfig(run *cobra.Command, file string) error {
+	v, err := config.Load(run, file, true)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(v.GetString("log-level"))); err != nil {
+		// run falls back to info; a typo here is still a mistake.
+		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", v.GetString("log-level")))
+	}
+	cfg, err := agentConfig(v)
+	errs = append(errs, err)
+	// agentConfig returns the configuration it made even when the
+	// credentials are missing; agent.New then checks the rest of it.
+	if !reflect.ValueOf(cfg).IsZero() {
+		cfg.Log = slog.New(slog.DiscardHandler)
+		_, err = agent.New(cfg)
+		errs = append(errs, withoutSentinel(err, agent.ErrConfig))
+	}
+	return errors.Join(errs...)
+}
+
+// withoutSentinel drops sentinel from an error made with
+// fmt.Errorf("%w: %w", sentinel, err): the report names the file
+// already, and "invalid agent configuration:" would only lead its first line.
+func withoutSentinel(err, sentinel error) error {
+	if multi, ok := err.(interface{ Unwrap() []error }); ok {
+		var rest []error
+		for _, e := range multi.Unwrap() {
+			if e != sentinel {
+				rest = append(rest, e)
+			}
+		}
+		return errors.Join(rest...)
+	}
+	return err
+}
