@@ -8,14 +8,32 @@ LDFLAGS := -s -w -X flotilla.dev/flotilla/internal/version.Version=$(VERSION) -X
 BIN := bin
 # Short fuzzing in `make test`; longer runs: make fuzz FUZZTIME=5m
 FUZZTIME ?= 10s
+# Release tooling, built from the Go module proxy into $(BIN)/tools.
+GORELEASER_VERSION := v2.15.1
+GORELEASER := $(BIN)/tools/goreleaser-$(GORELEASER_VERSION)/goreleaser
 
-.PHONY: all build test unit fmt-check vet fuzz bench soak demo demo-down deps clean
+.PHONY: all build test unit fmt-check vet fuzz bench soak demo demo-down deps clean packages release-check
 
 all: build
 
+# Static binaries (CGO_ENABLED=0), as the packages ship them, so that the
+# tests run what a device runs.
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+
+# dist/: the binaries and the .deb (amd64, arm64, armhf) and .rpm (x86_64,
+# aarch64) packages, built with nfpm from packaging/nfpm; prints the sizes.
+packages:
+	GO=$(GO) VERSION=$(VERSION) COMMIT=$(COMMIT) bash packaging/build.sh -o dist
+
+# goreleaser check of .goreleaser.yaml. Building goreleaser the first time
+# takes about five minutes on two cores, so it is not part of `make test`.
+release-check: $(GORELEASER)
+	$(GORELEASER) check
+
+$(GORELEASER):
+	GOBIN=$(CURDIR)/$(dir $(GORELEASER)) $(GO) install github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION)
 
 deps:
 	@bash scripts/install-deps.sh
@@ -27,8 +45,9 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-# Unit, integration (root: containerd, CNI, iptables) and end-to-end tests,
-# then a short fuzz run of every fuzz target.
+# Unit, integration (root: containerd, CNI, iptables), end-to-end and
+# package (packaging/: lintian, dpkg, rpm, qemu) tests, then a short fuzz
+# run of every fuzz target.
 test: deps fmt-check vet build
 	FLOTILLA_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 40m ./...
 	@$(MAKE) --no-print-directory fuzz
@@ -52,4 +71,4 @@ demo-down:
 	@bash scripts/demo.sh down
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) dist
