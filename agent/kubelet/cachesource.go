@@ -56,7 +56,9 @@ func (c *CacheSource) StandsInFor() string { return c.hub.Name() }
 func (c *CacheSource) Run(ctx context.Context, notify func(types.UID)) error {
 	pods, err := localstore.List[corev1.Pod](c.store, localstore.Pods)
 	if err != nil {
-		return fmt.Errorf("reading cached pods: %w", err)
+		// List returns every entry it could read: a damaged one must not
+		// keep the others from running.
+		c.log.Warn("some cached pods cannot be read; running the others", "err", err)
 	}
 	rv, err := c.store.ResourceVersion(localstore.Pods)
 	if err != nil {

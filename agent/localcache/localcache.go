@@ -183,8 +183,9 @@ func (l *listWatch) stored() (runtime.Object, bool) {
 	}
 	obj, err := l.kind.list(l.store)
 	if err != nil {
-		l.log.Warn("could not read the local cache", "err", err)
-		return nil, false
+		// The list holds every entry that could be read; one damaged
+		// entry must not cost the device its other rules.
+		l.log.Warn("some objects in the local cache cannot be read; serving the others", "err", err)
 	}
 	if acc, err := meta.ListAccessor(obj); err == nil {
 		acc.SetResourceVersion(rv)
