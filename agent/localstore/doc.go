@@ -11,9 +11,7 @@
 //     with the resourceVersion it came with in its metadata.
 //   - Per kind, the resourceVersion of the last list or watch event, so a
 //     restarted agent can tell how old its copy is.
-//   - Per pod, a PodRecord: what must survive a reboot about a pod beyond
-//     its spec (restart counts, where it came from, its last error).
-//   - A few agent facts (node name, pod CIDR) under string keys.
+//   - Facts under string keys (the image signature verdicts).
 //
 // # Why it is written first
 //

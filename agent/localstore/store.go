@@ -118,23 +118,9 @@ func checkKind(kind Kind, obj any) error {
 	return nil
 }
 
-// PodRecord is what must survive a reboot about a pod beyond its spec.
-type PodRecord struct {
-	UID string `json:"uid"`
-	// Restarts is container name -> restart count.
-	Restarts map[string]int32 `json:"restarts,omitempty"`
-	// Source is where the pod came from: "hub", "cache" or "static".
-	Source    string `json:"source,omitempty"`
-	LastError string `json:"lastError,omitempty"`
-	// UpdatedAt is the caller's: the store does not stamp it, so that
-	// writing an unchanged record writes nothing.
-	UpdatedAt time.Time `json:"updatedAt"`
-}
-
 var (
-	podRecordsBucket = []byte("podrecords")
-	factsBucket      = []byte("facts")
-	metaBucket       = []byte("meta")
+	factsBucket = []byte("facts")
+	metaBucket  = []byte("meta")
 
 	metaSchema = []byte("schema")
 )
@@ -146,7 +132,7 @@ const schemaVersion = "1"
 func rvKey(kind Kind) []byte { return []byte("rv/" + string(kind)) }
 
 func allBuckets() [][]byte {
-	names := [][]byte{podRecordsBucket, factsBucket, metaBucket}
+	names := [][]byte{factsBucket, metaBucket}
 	for _, k := range kinds {
 		names = append(names, []byte(k))
 	}
@@ -745,103 +731,6 @@ func putString(b *bolt.Bucket, k []byte, v string) (bool, error) {
 }
 
 // --- pod records ---
-
-// PutPodRecord stores rec under rec.UID. Storing what is already there
-// writes nothing.
-func (s *Store) PutPodRecord(rec PodRecord) error {
-	if rec.UID == "" {
-		return fmt.Errorf("localstore: put pod record in %s: record has no UID", s.path)
-	}
-	plain, err := json.Marshal(rec)
-	if err != nil {
-		return fmt.Errorf("localstore: put pod record %s in %s: %w", rec.UID, s.path, err)
-	}
-	err = s.update(func(tx *bolt.Tx) (bool, error) {
-		b := tx.Bucket(podRecordsBucket)
-		if bytes.Equal(b.Get([]byte(rec.UID)), plain) {
-			return false, nil
-		}
-		return true, b.Put([]byte(rec.UID), plain)
-	})
-	if err != nil {
-		return fmt.Errorf("localstore: put pod record %s in %s: %w", rec.UID, s.path, err)
-	}
-	return nil
-}
-
-// GetPodRecord returns the record for a pod UID, and whether there was one.
-func (s *Store) GetPodRecord(uid string) (PodRecord, bool, error) {
-	var (
-		rec   PodRecord
-		found bool
-	)
-	err := s.view(func(tx *bolt.Tx) error {
-		b := tx.Bucket(podRecordsBucket)
-		if b == nil {
-			return nil
-		}
-		v := b.Get([]byte(uid))
-		if v == nil {
-			return nil
-		}
-		found = true
-		return decodePodRecord(v, &rec)
-	})
-	if err != nil {
-		return PodRecord{}, false, fmt.Errorf("localstore: get pod record %s in %s: %w", uid, s.path, err)
-	}
-	return rec, found, nil
-}
-
-// DeletePodRecord removes the record for a pod UID, if any.
-func (s *Store) DeletePodRecord(uid string) error {
-	err := s.update(func(tx *bolt.Tx) (bool, error) {
-		b := tx.Bucket(podRecordsBucket)
-		if b.Get([]byte(uid)) == nil {
-			return false, nil
-		}
-		return true, b.Delete([]byte(uid))
-	})
-	if err != nil {
-		return fmt.Errorf("localstore: delete pod record %s in %s: %w", uid, s.path, err)
-	}
-	return nil
-}
-
-// PodRecords returns every pod record by UID. Like List, it returns the
-// records that decode together with an error naming each one that did not.
-func (s *Store) PodRecords() (map[string]PodRecord, error) {
-	recs := make(map[string]PodRecord)
-	var errs []error
-	err := s.view(func(tx *bolt.Tx) error {
-		b := tx.Bucket(podRecordsBucket)
-		if b == nil {
-			return nil
-		}
-		return b.ForEach(func(k, v []byte) error {
-			var rec PodRecord
-			if err := decodePodRecord(v, &rec); err != nil {
-				errs = append(errs, fmt.Errorf("localstore: read pod record %s in %s: %w", k, s.path, err))
-				return nil
-			}
-			recs[string(k)] = rec
-			return nil
-		})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("localstore: list pod records in %s: %w", s.path, err)
-	}
-	return recs, errors.Join(errs...)
-}
-
-func decodePodRecord(v []byte, rec *PodRecord) error {
-	if err := json.Unmarshal(v, rec); err != nil {
-		return fmt.Errorf("%w: stored record does not decode: %w", ErrCorrupt, err)
-	}
-	return nil
-}
-
-// --- facts ---
 
 // SetFact records an agent fact such as the node name or pod CIDR; ""
 // forgets it.

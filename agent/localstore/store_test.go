@@ -264,7 +264,6 @@ func TestReopenKeepsEverything(t *testing.T) {
 		Put(s, Nodes, node("edge-1", "6")),
 		s.SetResourceVersion(Pods, "99"),
 		s.SetFact("podCIDR", "10.42.3.0/24"),
-		s.PutPodRecord(PodRecord{UID: "u1", Restarts: map[string]int32{"main": 3}, Source: "hub"}),
 	}
 	if err := errors.Join(steps...); err != nil {
 		t.Fatal(err)
@@ -291,9 +290,6 @@ func TestReopenKeepsEverything(t *testing.T) {
 	}
 	if v, err := s.Fact("podCIDR"); err != nil || v != "10.42.3.0/24" {
 		t.Errorf("fact after reopen = %q, %v", v, err)
-	}
-	if r, ok, err := s.GetPodRecord("u1"); err != nil || !ok || r.Restarts["main"] != 3 {
-		t.Errorf("pod record after reopen = %+v, %v, %v", r, ok, err)
 	}
 	if !bytes.Equal(readFile(t, keyPath), key) {
 		t.Error("reopen replaced the key file")
@@ -632,8 +628,7 @@ func TestIdenticalWritesCommitNothing(t *testing.T) {
 	path := dbPath(t)
 	s := openAt(t, path)
 	p, sec := pod("web", "5"), secret("creds", "5")
-	rec := PodRecord{UID: "u1", Restarts: map[string]int32{"main": 1}, Source: "hub", UpdatedAt: time.Unix(1700000000, 0).UTC()}
-	writes := []error{Put(s, Pods, p), Put(s, Secrets, sec), s.SetResourceVersion(Pods, "5"), s.SetFact("node", "edge-1"), s.PutPodRecord(rec)}
+	writes := []error{Put(s, Pods, p), Put(s, Secrets, sec), s.SetResourceVersion(Pods, "5"), s.SetFact("node", "edge-1")}
 	if err := errors.Join(writes...); err != nil {
 		t.Fatal(err)
 	}
@@ -645,9 +640,7 @@ func TestIdenticalWritesCommitNothing(t *testing.T) {
 		Put(s, Secrets, sec.DeepCopy()),
 		s.SetResourceVersion(Pods, "5"),
 		s.SetFact("node", "edge-1"),
-		s.PutPodRecord(PodRecord{UID: "u1", Restarts: map[string]int32{"main": 1}, Source: "hub", UpdatedAt: rec.UpdatedAt}),
 		s.Delete(Pods, "default", "absent"),
-		s.DeletePodRecord("absent"),
 	}
 	if err := errors.Join(same...); err != nil {
 		t.Fatal(err)
@@ -696,37 +689,6 @@ func TestConcurrentWriters(t *testing.T) {
 	}
 	if got, err := List[corev1.Pod](s, Pods); err != nil || len(got) != 80 {
 		t.Errorf("List after concurrent Puts = %d pods, %v; want 80", len(got), err)
-	}
-}
-
-func TestPodRecords(t *testing.T) {
-	s := openAt(t, dbPath(t))
-	at := time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)
-	want := map[string]PodRecord{
-		"u1": {UID: "u1", Restarts: map[string]int32{"main": 3, "sidecar": 0}, Source: "hub", LastError: "image pull: timeout", UpdatedAt: at},
-		"u2": {UID: "u2", Source: "static", UpdatedAt: at.Add(time.Minute)},
-	}
-	for _, rec := range want {
-		if err := s.PutPodRecord(rec); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, ok, err := s.GetPodRecord("u1")
-	if err != nil || !ok || !reflect.DeepEqual(got, want["u1"]) {
-		t.Errorf("GetPodRecord(u1) = %+v, %v, %v; want %+v", got, ok, err, want["u1"])
-	}
-	all, err := s.PodRecords()
-	if err != nil || !reflect.DeepEqual(all, want) {
-		t.Errorf("PodRecords = %+v, %v; want %+v", all, err, want)
-	}
-	if err := s.DeletePodRecord("u1"); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok, err := s.GetPodRecord("u1"); ok || err != nil {
-		t.Errorf("u1 after delete: %v, %v", ok, err)
-	}
-	if err := s.PutPodRecord(PodRecord{}); err == nil {
-		t.Error("PutPodRecord without UID succeeded")
 	}
 }
 
@@ -786,7 +748,6 @@ func TestOpenReadOnly(t *testing.T) {
 		Put(s, Secrets, secret("creds", "6")),
 		s.SetResourceVersion(Pods, "5"),
 		s.SetFact("node", "edge-1"),
-		s.PutPodRecord(PodRecord{UID: "u1", Source: "cache"}),
 	}
 	if err := errors.Join(writes...); err != nil {
 		t.Fatal(err)
@@ -809,9 +770,6 @@ func TestOpenReadOnly(t *testing.T) {
 	}
 	if v, err := ro.Fact("node"); err != nil || v != "edge-1" {
 		t.Errorf("read-only fact = %q, %v", v, err)
-	}
-	if r, ok, err := ro.GetPodRecord("u1"); err != nil || !ok || r.Source != "cache" {
-		t.Errorf("read-only pod record = %+v, %v, %v", r, ok, err)
 	}
 	if err := Put(ro, Pods, pod("other", "1")); err == nil {
 		t.Error("Put on a read-only store succeeded")
