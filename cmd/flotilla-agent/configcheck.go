@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"reflect"
@@ -49,7 +48,7 @@ FLOTILLA_<KEY> environment variables count, as they do for run.`,
 
 func checkConfig(file string, out io.Writer) error {
 	run := newRun() // its flags are the file's keys
-	problems, lines := configcheck.Check(file, configcheck.Options{
+	return configcheck.File(file, configcheck.Options{
 		Flags: run.Flags(),
 		Shapes: map[string]configcheck.Shape{
 			"labels":     {Scalar: true, List: true, Map: true},
@@ -59,16 +58,7 @@ func checkConfig(file string, out io.Writer) error {
 			"images": {Struct: reflect.TypeFor[image.Policy]()},
 		},
 		Help: "flotilla-agent run --help",
-	})
-	if len(problems) == 0 {
-		problems = configcheck.Locate(file, lines, validateConfig(run, file))
-	}
-	if len(problems) > 0 {
-		configcheck.Sort(problems)
-		return &configcheck.Error{File: file, Problems: problems}
-	}
-	fmt.Fprintf(out, "%s: ok\n", file)
-	return nil
+	}, func() error { return validateConfig(run, file) }, out)
 }
 
 // validateConfig runs what runAgent runs before the agent starts, and
@@ -79,11 +69,7 @@ func validateConfig(run *cobra.Command, file string) error {
 		return err
 	}
 	var errs []error
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(v.GetString("log-level"))); err != nil {
-		// run falls back to info; a typo here is still a mistake.
-		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", v.GetString("log-level")))
-	}
+	errs = append(errs, configcheck.LogLevel(v.GetString("log-level")))
 	cfg, err := agentConfig(v)
 	errs = append(errs, err)
 	// agentConfig returns the configuration it made even when the

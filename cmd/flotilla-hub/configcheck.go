@@ -53,16 +53,8 @@ FLOTILLA_<KEY> environment variables count, as they do for serve.`,
 
 func checkConfig(file string, out io.Writer) error {
 	serve := newServe() // its flags are the file's keys
-	problems, lines := configcheck.Check(file, configcheck.Options{Flags: serve.Flags(), Help: "flotilla-hub serve --help"})
-	if len(problems) == 0 {
-		problems = configcheck.Locate(file, lines, validateConfig(serve, file))
-	}
-	if len(problems) > 0 {
-		configcheck.Sort(problems)
-		return &configcheck.Error{File: file, Problems: problems}
-	}
-	fmt.Fprintf(out, "%s: ok\n", file)
-	return nil
+	return configcheck.File(file, configcheck.Options{Flags: serve.Flags(), Help: "flotilla-hub serve --help"},
+		func() error { return validateConfig(serve, file) }, out)
 }
 
 // validateConfig runs serve's own checks (the config file, the
@@ -77,11 +69,7 @@ func validateConfig(serve *cobra.Command, file string) error {
 	if _, err := sourcesFromFlags(v); err != nil {
 		errs = append(errs, err)
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(v.GetString("log-level"))); err != nil {
-		// serve falls back to info; a typo here is still a mistake.
-		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", v.GetString("log-level")))
-	}
+	errs = append(errs, configcheck.LogLevel(v.GetString("log-level")))
 	switch dir := v.GetString("data-dir"); {
 	case dir == "":
 		errs = append(errs, errors.New("--data-dir is empty; the hub keeps state.db, pki/ and admin.kubeconfig there (default /var/lib/flotilla/hub)"))

@@ -3,7 +3,9 @@ package configcheck
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"reflect"
 	"regexp"
@@ -457,4 +459,31 @@ func wordIndex(s, word string) int {
 		}
 		i = j + 1
 	}
+}
+
+// File checks file in full, as both daemons' `config check` do: first its
+// keys and their shapes, then, when those are right, the command's own
+// validation (validate), whose errors are placed on the lines of the keys
+// they name. It prints "FILE: ok" to out, or returns an *Error.
+func File(file string, o Options, validate func() error, out io.Writer) error {
+	problems, lines := Check(file, o)
+	if len(problems) == 0 {
+		problems = Locate(file, lines, validate())
+	}
+	if len(problems) > 0 {
+		Sort(problems)
+		return &Error{File: file, Problems: problems}
+	}
+	fmt.Fprintf(out, "%s: ok\n", file)
+	return nil
+}
+
+// LogLevel checks a log-level value: the daemons fall back to info on a
+// bad one, which in a config file is still a mistake.
+func LogLevel(value string) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(value)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", value)
+	}
+	return nil
 }
