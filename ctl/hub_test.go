@@ -32,6 +32,9 @@ type hubRun struct {
 	t   *testing.T
 	hub *hubtest.Hub
 	env map[string]string
+	// now is flotctl's clock; nil means time.Now. Ages in the output are
+	// measured against it, so a slow machine does not change them.
+	now func() time.Time
 }
 
 func startHub(t *testing.T) *hubRun {
@@ -48,7 +51,11 @@ func startHub(t *testing.T) *hubRun {
 
 func (r *hubRun) run(ctx context.Context, stdin string, args ...string) (string, string, int) {
 	out, errOut := &syncBuffer{}, &syncBuffer{}
-	app := &App{In: strings.NewReader(stdin), Out: out, Err: errOut, Now: time.Now, Getenv: func(k string) string { return r.env[k] }}
+	now := r.now
+	if now == nil {
+		now = time.Now
+	}
+	app := &App{In: strings.NewReader(stdin), Out: out, Err: errOut, Now: now, Getenv: func(k string) string { return r.env[k] }}
 	code := Main(ctx, app, args)
 	return out.String(), errOut.String(), code
 }
@@ -167,7 +174,10 @@ func TestAgainstHubGitSourcesFleetAndWatch(t *testing.T) {
 		t.Errorf("describe gitsource:\n%s", out)
 	}
 
-	// Devices: one online, one gone quiet.
+	// Devices: one online, one gone quiet. Heartbeats are stored to the
+	// second, so flotctl's clock is pinned exactly seven minutes later.
+	seen := time.Now().Truncate(time.Second).Add(-7 * time.Minute)
+	r.now = func() time.Time { return seen.Add(7 * time.Minute) }
 	for _, n := range []*corev1.Node{node("edge-1", true), node("kiosk-7", false)} {
 		st := n.Status
 		n.CreationTimestamp = metav1.Time{}
@@ -176,7 +186,7 @@ func TestAgainstHubGitSourcesFleetAndWatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		got.Status = st
-		got.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(time.Now().Add(-7 * time.Minute))
+		got.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(seen)
 		if _, err := r.hub.Client.CoreV1().Nodes().UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
