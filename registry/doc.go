@@ -4,8 +4,10 @@
 // the device reads references exactly as the hub's admission did; the
 // registry hosts configuration (mirrors tried in order, plain HTTP for a
 // local registry, CA files, credentials inline or from a file) turned into
-// a containerd resolver; and Puller, which pulls and unpacks an image into
-// a containerd namespace.
+// a containerd resolver; Keychain, the credentials of a pod's image pull
+// secrets (Docker config JSON), which one pull tries before the
+// configuration's; and Puller, which pulls and unpacks an image into a
+// containerd namespace.
 //
 // Image trust plugs in through Verifier (registry/trust implements it with
 // cosign signatures): Puller calls it with the resolved manifest descriptor

@@ -9,6 +9,7 @@ import (
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/remotes"
+	"github.com/containerd/containerd/v2/core/remotes/docker"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/platforms"
@@ -54,6 +55,7 @@ type PullerConfig struct {
 type Puller struct {
 	client   *containerd.Client
 	cfg      PullerConfig
+	hosts    docker.RegistryHosts
 	resolver remotes.Resolver
 	platform platforms.MatchComparer
 
@@ -103,7 +105,8 @@ func NewPuller(client *containerd.Client, cfg PullerConfig) (*Puller, error) {
 	if cfg.Snapshotter == "" {
 		cfg.Snapshotter = DefaultSnapshotter
 	}
-	p := &Puller{client: client, cfg: cfg, resolver: cfg.Registries.Resolver(), inflight: map[string]*pullCall{}}
+	p := &Puller{client: client, cfg: cfg, hosts: cfg.Registries.RegistryHosts(), inflight: map[string]*pullCall{}}
+	p.resolver = docker.NewResolver(docker.ResolverOptions{Hosts: p.hosts})
 	if cfg.Platform != "" {
 		pl, err := platforms.Parse(cfg.Platform)
 		if err != nil {
@@ -116,14 +119,59 @@ func NewPuller(client *containerd.Client, cfg PullerConfig) (*Puller, error) {
 	return p, nil
 }
 
+// PullOption adjusts one pull.
+type PullOption func(*PullOptions)
+
+// PullOptions is what the options of one pull add up to.
+type PullOptions struct {
+	// Keychain returns credentials tried before the registries
+	// configuration's. Reverify calls it only when a registry asks for
+	// credentials (a cached verdict asks none), Pull once.
+	Keychain func() Keychain
+}
+
+// ApplyPullOptions adds opts up (for other implementations of pulling,
+// such as fakes).
+func ApplyPullOptions(opts ...PullOption) PullOptions {
+	var o PullOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// WithKeychain gives the pull credentials (a pod's image pull secrets).
+func WithKeychain(keys Keychain) PullOption {
+	return func(o *PullOptions) { o.Keychain = func() Keychain { return keys } }
+}
+
+// WithKeychainFunc gives the pull credentials read only when needed.
+func WithKeychainFunc(fn func() Keychain) PullOption {
+	return func(o *PullOptions) { o.Keychain = sync.OnceValue(fn) }
+}
+
+// resolverFor returns the resolver for a pull with keys.
+func (p *Puller) resolverFor(keys func() Keychain) remotes.Resolver {
+	if keys == nil {
+		return p.resolver
+	}
+	return docker.NewResolver(docker.ResolverOptions{Hosts: p.cfg.Registries.withKeychain(p.hosts, keys)})
+}
+
 // Pull makes the image present and unpacked. Concurrent pulls of one
-// reference share the work.
-func (p *Puller) Pull(ctx context.Context, image string) (Pulled, error) {
+// reference with the same credentials share the work.
+func (p *Puller) Pull(ctx context.Context, image string, opts ...PullOption) (Pulled, error) {
 	ref, err := p.cfg.Policy.Parse(image)
 	if err != nil {
 		return Pulled{}, err
 	}
-	key := ref.String()
+	key, keys := ref.String(), ApplyPullOptions(opts...).Keychain
+	if keys != nil {
+		got := keys()
+		keys = func() Keychain { return got }
+		key += " " + got.fingerprint()
+	}
+	resolver := p.resolverFor(keys)
 	p.mu.Lock()
 	if c, ok := p.inflight[key]; ok {
 		p.mu.Unlock()
@@ -138,7 +186,7 @@ func (p *Puller) Pull(ctx context.Context, image string) (Pulled, error) {
 	p.inflight[key] = c
 	p.mu.Unlock()
 
-	c.res, c.err = p.pull(ctx, ref)
+	c.res, c.err = p.pull(ctx, ref, resolver)
 	p.mu.Lock()
 	delete(p.inflight, key)
 	p.mu.Unlock()
@@ -164,12 +212,12 @@ func (p *Puller) Present(ctx context.Context, ref Reference) (Pulled, bool, erro
 	return Pulled{Ref: ref, Image: img, Digest: img.Target().Digest, Size: size}, true, nil
 }
 
-func (p *Puller) pull(ctx context.Context, ref Reference) (Pulled, error) {
+func (p *Puller) pull(ctx context.Context, ref Reference, resolver remotes.Resolver) (Pulled, error) {
 	if got, ok, err := p.Present(ctx, ref); err != nil || ok {
 		return got, err
 	}
 	ctx = namespaces.WithNamespace(ctx, p.cfg.Namespace)
-	_, desc, err := p.resolver.Resolve(ctx, ref.PullName())
+	_, desc, err := resolver.Resolve(ctx, ref.PullName())
 	if err != nil {
 		if errdefs.IsNotFound(err) {
 			return Pulled{}, fmt.Errorf("%w: %s: %v", ErrImageNotFound, ref, err)
@@ -180,7 +228,7 @@ func (p *Puller) pull(ctx context.Context, ref Reference) (Pulled, error) {
 		return Pulled{}, fmt.Errorf("resolve %s: registry answered digest %s", ref, desc.Digest)
 	}
 	if p.cfg.Verifier != nil {
-		if err := p.cfg.Verifier.Verify(ctx, ref, desc, p.resolver); err != nil {
+		if err := p.cfg.Verifier.Verify(ctx, ref, desc, resolver); err != nil {
 			return Pulled{}, fmt.Errorf("%w: %s: %w", ErrUntrusted, ref, err)
 		}
 	}
@@ -188,7 +236,7 @@ func (p *Puller) pull(ctx context.Context, ref Reference) (Pulled, error) {
 	// that may have moved since.
 	byDigest := ref.Name() + "@" + desc.Digest.String()
 	img, err := p.client.Pull(ctx, byDigest,
-		containerd.WithResolver(p.resolver),
+		containerd.WithResolver(resolver),
 		containerd.WithPullUnpack,
 		containerd.WithPullSnapshotter(p.cfg.Snapshotter),
 		containerd.WithPlatformMatcher(p.platform),

@@ -279,16 +279,7 @@ func (c Config) registryHost(ep endpoint, caps docker.HostCapabilities) (docker.
 		MaxIdleConns:          10,
 	}
 	client := &http.Client{Transport: tr}
-	auth := docker.NewDockerAuthorizer(
-		docker.WithAuthClient(client),
-		docker.WithAuthCreds(func(h string) (string, string, error) {
-			hc, ok := c.Hosts[h]
-			if !ok && h == "registry-1.docker.io" {
-				hc = c.Hosts["docker.io"]
-			}
-			return hc.credentials()
-		}),
-	)
+	auth := docker.NewDockerAuthorizer(docker.WithAuthClient(client), docker.WithAuthCreds(c.hostCredentials))
 	return docker.RegistryHost{
 		Client:       client,
 		Authorizer:   auth,
@@ -297,6 +288,49 @@ func (c Config) registryHost(ep endpoint, caps docker.HostCapabilities) (docker.
 		Path:         ep.path,
 		Capabilities: caps,
 	}, nil
+}
+
+// hostCredentials answers the authorizer for host from the configuration.
+func (c Config) hostCredentials(host string) (string, string, error) {
+	hc, ok := c.Hosts[host]
+	if !ok && host == "registry-1.docker.io" {
+		hc = c.Hosts["docker.io"]
+	}
+	return hc.credentials()
+}
+
+// withKeychain returns hosts whose authorizers try keys before the
+// configured credentials; keys is called only when a registry asks for
+// credentials. One authorizer per endpoint for the life of the returned
+// function (one pull), so a pull asks for a token once.
+func (c Config) withKeychain(hosts docker.RegistryHosts, keys func() Keychain) docker.RegistryHosts {
+	var mu sync.Mutex
+	auths := map[string]docker.Authorizer{}
+	creds := func(host string) (string, string, error) {
+		if a, ok := keys().Lookup(host); ok {
+			user, secret := a.pair()
+			return user, secret, nil
+		}
+		return c.hostCredentials(host)
+	}
+	return func(host string) ([]docker.RegistryHost, error) {
+		rhs, err := hosts(host)
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range rhs {
+			key := rhs[i].Scheme + "://" + rhs[i].Host
+			a, ok := auths[key]
+			if !ok {
+				a = docker.NewDockerAuthorizer(docker.WithAuthClient(rhs[i].Client), docker.WithAuthCreds(creds))
+				auths[key] = a
+			}
+			rhs[i].Authorizer = a
+		}
+		return rhs, nil
+	}
 }
 
 // ResolverOptions are containerd's docker resolver options for c.

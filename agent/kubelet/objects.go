@@ -67,7 +67,8 @@ func (c *objectCache) start(ctx context.Context) {
 	c.mu.Unlock()
 }
 
-// podRefs lists the ConfigMaps and Secrets a pod refers to.
+// podRefs lists the ConfigMaps and Secrets a pod refers to, image pull
+// secrets included.
 func podRefs(pod *corev1.Pod) map[objKey]bool {
 	refs := map[objKey]bool{}
 	add := func(kind, name string) {
@@ -91,6 +92,11 @@ func podRefs(pod *corev1.Pod) map[objKey]bool {
 				}
 			}
 		}
+	}
+	// Kept like the rest, so that a pull from a private registry (a local
+	// mirror, say) works while the hub is away.
+	for _, s := range pod.Spec.ImagePullSecrets {
+		add("secrets", s.Name)
 	}
 	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for _, c := range list {

@@ -52,11 +52,12 @@ type Network interface {
 type Images interface {
 	// Present returns the image when it is already present and unpacked.
 	Present(ctx context.Context, ref registry.Reference) (registry.Pulled, bool, error)
-	// Pull makes the image present, verifying it where a policy says so.
-	Pull(ctx context.Context, image string) (registry.Pulled, error)
+	// Pull makes the image present, verifying it where a policy says so;
+	// registry.WithKeychain passes the pod's image pull secrets.
+	Pull(ctx context.Context, image string, opts ...registry.PullOption) (registry.Pulled, error)
 	// Reverify checks a present image against the trusted keys again
 	// (a cached verdict, until the keys change).
-	Reverify(ctx context.Context, pulled registry.Pulled) error
+	Reverify(ctx context.Context, pulled registry.Pulled, opts ...registry.PullOption) error
 }
 
 var (

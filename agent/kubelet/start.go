@@ -108,6 +108,9 @@ func (k *Kubelet) ensureImage(ctx context.Context, w *podWorker, pod *corev1.Pod
 	if err != nil {
 		return "", k.setWaiting(w, pod, c.Name, "ImageInspectError", fmt.Sprintf("Failed to inspect image %q: %v", image, err), 0)
 	}
+	// The pod's image pull secrets are read only when a registry is
+	// asked: a present image verified before needs none.
+	keys := registry.WithKeychainFunc(func() registry.Keychain { return k.pullKeychain(ctx, pod, c.Name) })
 	// A digest cannot move, so Always pulls nothing new for a pinned image.
 	if ok && (c.ImagePullPolicy != corev1.PullAlways || ref.Pinned()) {
 		key := string(pod.UID) + "/" + image
@@ -115,7 +118,7 @@ func (k *Kubelet) ensureImage(ctx context.Context, w *podWorker, pod *corev1.Pod
 		if d := k.imageBackoff.waitSinceLast(key, now); d > 0 && w.waiting[c.Name].Reason == trust.WaitingReason {
 			return "", k.setWaiting(w, pod, c.Name, trust.WaitingReason, w.waiting[c.Name].Message, d)
 		}
-		if err := k.cfg.Puller.Reverify(ctx, present); err != nil {
+		if err := k.cfg.Puller.Reverify(ctx, present, keys); err != nil {
 			k.imageBackoff.next(key, now)
 			return "", k.refuseImage(w, pod, c, image, err)
 		}
@@ -137,7 +140,7 @@ func (k *Kubelet) ensureImage(ctx context.Context, w *podWorker, pod *corev1.Pod
 		return "", k.setWaiting(w, pod, c.Name, "ImagePullBackOff", fmt.Sprintf("Back-off pulling image %q", image), d)
 	}
 	k.event(pod, c.Name, corev1.EventTypeNormal, "Pulling", "Pulling image %q", image)
-	pulled, err := k.cfg.Puller.Pull(ctx, image)
+	pulled, err := k.cfg.Puller.Pull(ctx, image, keys)
 	if err != nil {
 		if ctx.Err() != nil {
 			return "", ctx.Err()

@@ -1185,3 +1185,43 @@ func TestStateMachineImageSignature(t *testing.T) {
 		t.Fatalf("%d containers made, want only the first", n)
 	}
 }
+
+// A pod's image pull secrets reach the pull, the first secret naming a
+// registry winning; one that is missing or of another type is reported
+// and the pull is tried anyway.
+func TestStateMachineImagePullSecrets(t *testing.T) {
+	t.Parallel()
+	const image = "registry.example.com/private:1"
+	secret := func(name string, typ corev1.SecretType, data map[string]string) *corev1.Secret {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Type: typ, Data: map[string][]byte{}}
+		for k, v := range data {
+			s.Data[k] = []byte(v)
+		}
+		return s
+	}
+	h := newSMHarness(t)
+	for _, s := range []*corev1.Secret{
+		secret("team", corev1.SecretTypeDockerConfigJson, map[string]string{corev1.DockerConfigJsonKey: `{"auths":{"registry.example.com":{"username":"team","password":"t"}}}`}),
+		secret("fleet", corev1.SecretTypeDockercfg, map[string]string{corev1.DockerConfigKey: `{"registry.example.com":{"username":"fleet","password":"f"},"mirror.local":{"username":"m","password":"m"}}`}),
+		secret("opaque", corev1.SecretTypeOpaque, map[string]string{"password": "x"}),
+	} {
+		if _, err := h.client.CoreV1().Secrets("default").Create(context.Background(), s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := h.create(smPod("private", func(p *corev1.Pod) {
+		p.Spec.Containers[0].Image = image
+		p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "team"}, {Name: "missing"}, {Name: "opaque"}, {Name: "fleet"}}
+	}))
+	h.start()
+	h.running(p.UID, "app", 0)
+	keys := h.images.Keychain(image)
+	if a, ok := keys.Lookup("registry.example.com"); !ok || a.Username != "team" {
+		t.Errorf("registry.example.com credentials %+v %v, want the first secret's", a, ok)
+	}
+	if a, ok := keys.Lookup("mirror.local"); !ok || a.Username != "m" {
+		t.Errorf("mirror.local credentials %+v %v, want the fleet secret's", a, ok)
+	}
+	h.waitEvent(p.UID, "FailedToRetrieveImagePullSecret", "missing")
+	h.waitEvent(p.UID, "FailedToRetrieveImagePullSecret", `opaque: type "Opaque" is not kubernetes.io/dockerconfigjson`)
+}

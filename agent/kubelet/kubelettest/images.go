@@ -30,11 +30,13 @@ type Images struct {
 	pulls    map[string]int
 	// untrusted holds the images whose signature does not verify.
 	untrusted map[string]error
+	// keychains holds the credentials of the last pull of each image.
+	keychains map[string]registry.Keychain
 }
 
 // NewImages returns a fake with the images present.
 func NewImages(present ...string) *Images {
-	im := &Images{present: map[string]registry.Pulled{}, pullErrs: map[string]error{}, pulls: map[string]int{}, untrusted: map[string]error{}}
+	im := &Images{present: map[string]registry.Pulled{}, pullErrs: map[string]error{}, pulls: map[string]int{}, untrusted: map[string]error{}, keychains: map[string]registry.Keychain{}}
 	for _, image := range present {
 		if err := im.Add(image); err != nil {
 			panic(err)
@@ -61,7 +63,7 @@ func (im *Images) Present(_ context.Context, ref registry.Reference) (registry.P
 // Pull makes the image present, or fails with the injected error
 // (FailNext, FailAlways, SetPullError). An unparsable reference fails
 // with registry.ErrInvalidReference, as the real puller does.
-func (im *Images) Pull(_ context.Context, image string) (registry.Pulled, error) {
+func (im *Images) Pull(_ context.Context, image string, opts ...registry.PullOption) (registry.Pulled, error) {
 	if err := im.enter("Pull"); err != nil {
 		return registry.Pulled{}, err
 	}
@@ -73,6 +75,10 @@ func (im *Images) Pull(_ context.Context, image string) (registry.Pulled, error)
 	im.mu.Lock()
 	defer im.mu.Unlock()
 	im.pulls[key]++
+	im.keychains[key] = nil
+	if keys := registry.ApplyPullOptions(opts...).Keychain; keys != nil {
+		im.keychains[key] = keys()
+	}
 	if err := im.untrusted[key]; err != nil {
 		return registry.Pulled{}, err
 	}
@@ -90,7 +96,7 @@ func (im *Images) Pull(_ context.Context, image string) (registry.Pulled, error)
 }
 
 // Reverify fails with the error SetUntrusted gave the image.
-func (im *Images) Reverify(_ context.Context, p registry.Pulled) error {
+func (im *Images) Reverify(_ context.Context, p registry.Pulled, _ ...registry.PullOption) error {
 	if err := im.enter("Reverify"); err != nil {
 		return err
 	}
@@ -163,6 +169,13 @@ func (im *Images) SetPullError(image string, err error) {
 		return
 	}
 	im.pullErrs[imageKey(image)] = err
+}
+
+// Keychain returns the credentials the last pull of image was given.
+func (im *Images) Keychain(image string) registry.Keychain {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	return im.keychains[imageKey(image)]
 }
 
 // Pulls is how many times Pull was asked for the image (after injected
