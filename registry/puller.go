@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/containerd/containerd/v2/core/remotes/docker"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
@@ -232,6 +234,10 @@ func (p *Puller) pull(ctx context.Context, ref Reference, resolver remotes.Resol
 			return Pulled{}, fmt.Errorf("%w: %s: %w", ErrUntrusted, ref, err)
 		}
 	}
+	ctx, done, err := p.pullLease(ctx, desc)
+	if err != nil {
+		return Pulled{}, err
+	}
 	// Pull what was verified: by digest, even when the reference is a tag
 	// that may have moved since.
 	byDigest := ref.Name() + "@" + desc.Digest.String()
@@ -247,6 +253,7 @@ func (p *Puller) pull(ctx context.Context, ref Reference, resolver remotes.Resol
 		}
 		return Pulled{}, fmt.Errorf("pull %s: %w", ref, err)
 	}
+	done(ctx)
 	if !ref.Pinned() {
 		if err := p.tag(ctx, ref.PullName(), img.Target()); err != nil {
 			return Pulled{}, err
@@ -258,6 +265,38 @@ func (p *Puller) pull(ctx context.Context, ref Reference, resolver remotes.Resol
 	}
 	size, _ := img.Size(ctx)
 	return Pulled{Ref: ref, Image: img, Digest: desc.Digest, Fetched: true, Size: size}, nil
+}
+
+// pullLeaseExpiry bounds how long the bytes of an interrupted pull are
+// kept for the next attempt to resume from.
+const pullLeaseExpiry = 24 * time.Hour
+
+// pullLease returns ctx under a lease named for the image, which holds
+// what a pull has fetched, partial layers included: an interrupted pull
+// (a dropped link, an agent restart) resumes from the bytes already on
+// the device instead of starting over, since containerd's garbage
+// collector keeps what a lease holds. done releases the lease once the
+// image record holds the content; a failed pull leaves it to its expiry.
+func (p *Puller) pullLease(ctx context.Context, target ocispec.Descriptor) (context.Context, func(context.Context), error) {
+	// Lease IDs are at most 76 characters; 48 hex digits name an image.
+	id := "flotilla-pull-" + target.Digest.Encoded()
+	if len(id) > 62 {
+		id = id[:62]
+	}
+	ls := p.client.LeasesService()
+	l, err := ls.Create(ctx, leases.WithID(id), leases.WithExpiration(pullLeaseExpiry),
+		leases.WithLabel("flotilla.dev/image", target.Digest.String()))
+	if errdefs.IsAlreadyExists(err) {
+		l, err = leases.Lease{ID: id}, nil
+	}
+	if err != nil {
+		return ctx, nil, fmt.Errorf("pull lease for %s: %w", target.Digest, err)
+	}
+	done := func(ctx context.Context) {
+		// Best effort: the lease expires anyway.
+		_ = ls.Delete(context.WithoutCancel(ctx), l)
+	}
+	return leases.WithLease(ctx, id), done, nil
 }
 
 // tag records a tag reference as an image pointing at what was pulled.
