@@ -11,6 +11,18 @@ const (
 	AnnotationReconcile = "flotilla.dev/reconcile"
 	// LabelAutonomy on a Node means its pods are never evicted for unreachability.
 	LabelAutonomy = "node.flotilla.dev/autonomy"
+	// AnnotationPrepull on a DaemonSet ("true") makes each device pull and
+	// verify a new revision's images before its old pod is stopped.
+	AnnotationPrepull = "flotilla.dev/prepull"
+	// AnnotationPrepullImages on a pod lists, comma-separated, the images
+	// its DaemonSet's next revision needs; the device pulls them and
+	// answers with ConditionImagesPrepulled.
+	AnnotationPrepullImages = "flotilla.dev/prepull-images"
+	// ConditionImagesPrepulled is the pod condition a device sets for
+	// AnnotationPrepullImages: True, with the annotation's value as its
+	// message, once every image is present and verified; False with the
+	// reason (Pulling, ErrImagePull, ErrImageSignature) otherwise.
+	ConditionImagesPrepulled = "flotilla.dev/ImagesPrepulled"
 	// NodeLabelPrefix is the label prefix a node may set on itself.
 	NodeLabelPrefix = "node.flotilla.dev/"
 

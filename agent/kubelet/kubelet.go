@@ -50,6 +50,7 @@ type Kubelet struct {
 
 	crashBackoff *backoff
 	imageBackoff *backoff
+	prepulls     prepulls
 
 	mu          sync.Mutex
 	imageIDs    map[string]string    // containerd image name -> repo@digest
@@ -78,6 +79,7 @@ func New(cfg Config) (*Kubelet, error) {
 		cfg: cfg, log: cfg.Log.With("component", "kubelet", "node", cfg.NodeName), rt: cfg.Runtime,
 		crashBackoff: newBackoff(cfg.CrashLoopBackoff.Initial, cfg.CrashLoopBackoff.Max, cfg.CrashLoopBackoff.Reset),
 		imageBackoff: newBackoff(cfg.ImagePullBackoff.Initial, cfg.ImagePullBackoff.Max, cfg.ImagePullBackoff.Reset),
+		prepulls:     prepulls{state: map[types.UID]*prepull{}},
 		imageIDs:     map[string]string{},
 		containers:   map[string]types.UID{},
 		hostIPs:      cfg.HostIPs,

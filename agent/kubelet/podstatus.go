@@ -30,6 +30,9 @@ type statusInput struct {
 	started      func(name, id string) bool
 	imageID      func(image string) string
 	now          time.Time
+	// extra are conditions of Flotilla's own (api.ConditionImagesPrepulled),
+	// reported after Kubernetes' ones.
+	extra []corev1.PodCondition
 }
 
 // ts is a time as the API stores it (whole seconds, UTC), so a computed
@@ -143,6 +146,14 @@ func computeStatus(in statusInput) corev1.PodStatus {
 		cond(corev1.PodReady, readyOK, readyReason, readyMsg),
 		cond(corev1.ContainersReady, containersReady, crReason, crMsg),
 		scheduled,
+	}
+	for _, c := range in.extra {
+		if prev := findCondition(in.old.Conditions, c.Type); prev != nil && prev.Status == c.Status {
+			c.LastTransitionTime = prev.LastTransitionTime
+		} else {
+			c.LastTransitionTime = ts(in.now)
+		}
+		st.Conditions = append(st.Conditions, c)
 	}
 	return st
 }

@@ -35,6 +35,7 @@ import (
 	"flotilla.dev/flotilla/agent/kubelet"
 	"flotilla.dev/flotilla/agent/kubelet/kubelettest"
 	"flotilla.dev/flotilla/agent/runtime"
+	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/registry"
 	"flotilla.dev/flotilla/registry/trust"
 )
@@ -1224,4 +1225,75 @@ func TestStateMachineImagePullSecrets(t *testing.T) {
 	}
 	h.waitEvent(p.UID, "FailedToRetrieveImagePullSecret", "missing")
 	h.waitEvent(p.UID, "FailedToRetrieveImagePullSecret", `opaque: type "Opaque" is not kubernetes.io/dockerconfigjson`)
+}
+
+// A pod whose DaemonSet announces its next revision's images has them
+// pulled and verified while it keeps running, and says so in a
+// condition: True with the announcement as message, False with why.
+func TestStateMachinePrepull(t *testing.T) {
+	t.Parallel()
+	const next = "registry.example.com/app:2"
+	const unsigned = "registry.example.com/unsigned@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	h := newSMHarness(t)
+	h.images.SetUntrusted(unsigned, &trust.SignatureError{Image: "registry.example.com/unsigned", Reason: trust.ErrNoSignature})
+	p := h.create(smPod("daemon", nil))
+	h.start()
+	h.running(p.UID, "app", 0)
+
+	announce := func(images string) {
+		t.Helper()
+		got, err := h.get("daemon")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.Annotations = map[string]string{api.AnnotationPrepullImages: images}
+		if _, err := h.client.CoreV1().Pods("default").Update(context.Background(), got, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	condition := func(status corev1.ConditionStatus, reason, msg string) func(*corev1.Pod) error {
+		return func(p *corev1.Pod) error {
+			for _, c := range p.Status.Conditions {
+				if c.Type == api.ConditionImagesPrepulled {
+					if c.Status != status || c.Reason != reason || !strings.Contains(c.Message, msg) {
+						return fmt.Errorf("condition %s %s %q", c.Status, c.Reason, c.Message)
+					}
+					return nil
+				}
+			}
+			return errors.New("no prepull condition")
+		}
+	}
+
+	announce(smImage + "," + next)
+	h.wait("daemon", "prepulled", condition(corev1.ConditionTrue, "Pulled", smImage+","+next))
+	if !h.images.Has(next) || h.images.Pulls(next) != 1 || h.images.Pulls(smImage) != 0 {
+		t.Fatalf("present %v, pulls of the next image %d, of the present one %d", h.images.Has(next), h.images.Pulls(next), h.images.Pulls(smImage))
+	}
+	h.waitEvent(p.UID, "Prepulled", next)
+
+	// A new announcement whose image does not verify: False, with why,
+	// and the running container is left alone.
+	announce(unsigned)
+	got := h.wait("daemon", "refused", condition(corev1.ConditionFalse, "ErrImageSignature", "no signature"))
+	if got.Status.Phase != corev1.PodRunning || h.images.Has(unsigned) {
+		t.Fatalf("phase %s, refused image present %v", got.Status.Phase, h.images.Has(unsigned))
+	}
+	if n := len(h.rt.Ops(string(p.UID), "CreateContainer")); n != 1 {
+		t.Fatalf("%d containers made; prepulling must not touch the running one", n)
+	}
+	h.waitEvent(p.UID, "FailedPrepull", unsigned)
+
+	// Signed later: the retry (with the image pull backoff) succeeds.
+	h.images.SetUntrusted(unsigned, nil)
+	h.wait("daemon", "prepulled after the retry", condition(corev1.ConditionTrue, "Pulled", unsigned))
+
+	// The announcement withdrawn: the condition goes.
+	announce("")
+	h.wait("daemon", "condition gone", func(p *corev1.Pod) error {
+		if condition(corev1.ConditionTrue, "", "")(p).Error() == "no prepull condition" {
+			return nil
+		}
+		return errors.New("condition still there")
+	})
 }

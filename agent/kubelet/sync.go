@@ -340,6 +340,11 @@ func (k *Kubelet) updateStatus(ctx context.Context, w *podWorker, pod *corev1.Po
 			in.podIPs, in.sandboxReady = []string{sb.IP}, true
 		}
 	}
+	if pod.DeletionTimestamp == nil {
+		if c := k.prepullCondition(ctx, pod); c != nil {
+			in.extra = append(in.extra, *c)
+		}
+	}
 	st := computeStatus(in)
 	k.status.Set(pod, st)
 	switch st.Phase {

@@ -234,6 +234,7 @@ func (k *Kubelet) forget(w *podWorker) {
 	k.objects.removePod(w.uid)
 	k.crashBackoff.forget(string(w.uid) + "/")
 	k.imageBackoff.forget(string(w.uid) + "/")
+	k.forgetPrepull(w.uid)
 	k.mu.Lock()
 	for id, uid := range k.containers {
 		if uid == w.uid {

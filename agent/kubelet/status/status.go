@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
+
+	"flotilla.dev/flotilla/api"
 )
 
 // PodGetter returns the pod's current object as the agent's informer has
@@ -30,6 +32,7 @@ var OwnedConditions = map[corev1.PodConditionType]bool{
 	corev1.PodReady:                          true,
 	corev1.PodReadyToStartContainers:         true,
 	corev1.PodConditionType("PodHasNetwork"): true,
+	api.ConditionImagesPrepulled:             true,
 }
 
 // Options tune the Manager.
