@@ -2,10 +2,13 @@ package daemonset
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +29,7 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/clock"
 
+	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/hub/controllers/controllerutil"
 	"flotilla.dev/flotilla/hub/controllers/deployment"
 	"flotilla.dev/flotilla/hub/controllers/replicaset"
@@ -42,6 +46,8 @@ const (
 	ReasonFailedDelete     = "FailedDelete"
 	ReasonFailedDaemonPod  = "FailedDaemonPod"
 	ReasonSelectingAll     = "SelectingAll"
+	// ReasonPrepull: devices were asked to pull a new revision's images.
+	ReasonPrepull = "Prepull"
 )
 
 // GVK is the kind written into the ownerReferences of the pods.
@@ -583,8 +589,17 @@ func (c *Controller) rollingUpdate(ctx context.Context, ds *appsv1.DaemonSet, no
 	}
 
 	if surge == 0 {
+		// With prepull, an old pod is stopped only once its device says
+		// the new images are present and verified: until then it is
+		// asked to pull them, costing no availability, and a device that
+		// cannot (a refused signature, no link) keeps its old pod.
+		prepull := ds.Annotations[api.AnnotationPrepull] == "true"
+		images := ""
+		if prepull {
+			images = templateImages(&ds.Spec.Template.Spec)
+		}
 		numUnavailable := 0
-		var replace, candidates []*corev1.Pod
+		var replace, candidates, announce []*corev1.Pod
 		for _, pods := range sortedNodes(nodePods) {
 			updated, old, ok := updatedAndOld(pods, hash)
 			switch {
@@ -598,12 +613,16 @@ func (c *Controller) rollingUpdate(ctx context.Context, ds *appsv1.DaemonSet, no
 				}
 			case !available(old):
 				replace = append(replace, old) // costs no availability
+			case prepull && !Prepulled(old, images):
+				if old.Annotations[api.AnnotationPrepullImages] != images {
+					announce = append(announce, old)
+				}
 			case numUnavailable < unavail:
 				candidates = append(candidates, old)
 			}
 		}
 		room := min(max(unavail-numUnavailable, 0), len(candidates))
-		return c.syncNodes(ctx, ds, append(replace, candidates[:room]...), nil, hash)
+		return errors.Join(c.announce(ctx, ds, announce, images), c.syncNodes(ctx, ds, append(replace, candidates[:room]...), nil, hash))
 	}
 
 	var del, sunset []*corev1.Pod
@@ -653,6 +672,52 @@ func (c *Controller) rollingUpdate(ctx context.Context, ds *appsv1.DaemonSet, no
 	}
 	room := min(max(surge-numSurge, 0), len(candidates))
 	return c.syncNodes(ctx, ds, del, append(allowed, candidates[:room]...), hash)
+}
+
+// templateImages lists the images a pod of the template needs, in order,
+// once each: what AnnotationPrepullImages announces.
+func templateImages(spec *corev1.PodSpec) string {
+	var out []string
+	for _, list := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for _, c := range list {
+			if !slices.Contains(out, c.Image) {
+				out = append(out, c.Image)
+			}
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// Prepulled reports whether the pod's device has the announced images
+// present and verified.
+func Prepulled(p *corev1.Pod, images string) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == api.ConditionImagesPrepulled {
+			return c.Status == corev1.ConditionTrue && c.Message == images
+		}
+	}
+	return false
+}
+
+// announce asks the devices of old pods to pull the next revision's
+// images, by annotating the pods (their devices watch them).
+func (c *Controller) announce(ctx context.Context, ds *appsv1.DaemonSet, pods []*corev1.Pod, images string) error {
+	pods = pods[:min(len(pods), c.burst)]
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{api.AnnotationPrepullImages: images}}})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, p := range pods {
+		_, err := c.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("announce the next images to pod %s: %w", podKey(p), err))
+		}
+	}
+	if n := len(pods) - len(errs); n > 0 {
+		c.recorder.Eventf(ds, corev1.EventTypeNormal, ReasonPrepull, "Asked %d device(s) to pull %s before their pods are replaced", n, images)
+	}
+	return errors.Join(errs...)
 }
 
 type nodePods struct {

@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+
+	"flotilla.dev/flotilla/api"
 )
 
 var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -394,5 +396,113 @@ func TestFailedPodReplacedWithBackoff(t *testing.T) {
 	pods, _ = f.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
 	if len(pods.Items) != 1 || pods.Items[0].Name == p.Name {
 		t.Fatalf("failed pod not replaced after the backoff")
+	}
+}
+
+// With flotilla.dev/prepull, an old pod is stopped only once its device
+// reports the new images present; a device that cannot pull them keeps
+// its old pod, and the rollout goes on elsewhere.
+func TestRollingUpdatePrepull(t *testing.T) {
+	ds := daemonSet(rolling(0, 1))
+	ds.Annotations = map[string]string{api.AnnotationPrepull: "true"}
+	ds.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "agent:v1"}}
+	f := newFleet(t, ds, node("n1", shop), node("n2", shop), node("n3", shop))
+	f.sync()
+	f.step()
+	setImage(t, f, "agent:v2")
+
+	f.sync()
+	if got := strings.Join(f.pods(), " "); got != "n1:old n2:old n3:old" {
+		t.Fatalf("before any device prepulled: %s", got)
+	}
+	pods, _ := f.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	for _, p := range pods.Items {
+		if got := p.Annotations[api.AnnotationPrepullImages]; got != "agent:v1,agent:v2" {
+			t.Fatalf("pod %s announces %q, want every image of the new template once", p.Name, got)
+		}
+	}
+	if !hasEvent(f.rec, "Normal Prepull Asked 3 device(s) to pull agent:v1,agent:v2") {
+		t.Error("no Prepull event")
+	}
+
+	// The devices answer; n2's cannot verify the image.
+	answer := func(node string, status corev1.ConditionStatus, msg string) {
+		t.Helper()
+		pods, _ := f.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if TargetNode(p) != node || p.Labels[appsv1.ControllerRevisionHashLabelKey] == Hash(f.ds()) {
+				continue
+			}
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: api.ConditionImagesPrepulled, Status: status, Message: msg})
+			_, err := f.client.CoreV1().Pods("default").UpdateStatus(ctx, p, metav1.UpdateOptions{})
+			must(t, err)
+		}
+	}
+	answer("n1", corev1.ConditionTrue, "agent:v1,agent:v2")
+	answer("n2", corev1.ConditionFalse, `image "agent:v2" for the next revision: no signature`)
+	answer("n3", corev1.ConditionTrue, "agent:v0") // an older announcement
+	f.refresh()
+	f.stuck = map[string]bool{}
+	for i := 0; i < 12; i++ {
+		f.sync()
+		if u := unavailableCount(f); u > 1 {
+			t.Fatalf("%d nodes without a ready daemon pod, maxUnavailable is 1 (%v)", u, f.pods())
+		}
+		f.stepKeeping()
+	}
+	if got := strings.Join(f.pods(), " "); got != "n1:new n2:old n3:old" {
+		t.Fatalf("rollout ended with %s, want only the prepulled device replaced", got)
+	}
+
+	// n2's signature is fixed and n3 answers for the current images.
+	answer("n2", corev1.ConditionTrue, "agent:v1,agent:v2")
+	answer("n3", corev1.ConditionTrue, "agent:v1,agent:v2")
+	f.refresh()
+	for i := 0; i < 12 && strings.Join(f.pods(), " ") != "n1:new n2:new n3:new"; i++ {
+		f.sync()
+		if u := unavailableCount(f); u > 1 {
+			t.Fatalf("%d nodes without a ready daemon pod, maxUnavailable is 1 (%v)", u, f.pods())
+		}
+		f.stepKeeping()
+	}
+	if got := strings.Join(f.pods(), " "); got != "n1:new n2:new n3:new" {
+		t.Fatalf("rollout ended with %s", got)
+	}
+}
+
+// stepKeeping is step, keeping the prepull condition a device reported.
+func (f *fleet) stepKeeping() {
+	f.t.Helper()
+	pods, _ := f.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	kept := map[string]corev1.PodCondition{}
+	for _, p := range pods.Items {
+		for _, c := range p.Status.Conditions {
+			if c.Type == api.ConditionImagesPrepulled {
+				kept[p.Name] = c
+			}
+		}
+	}
+	f.step()
+	for name, c := range kept {
+		p, err := f.client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		must(f.t, err)
+		p.Status.Conditions = append(p.Status.Conditions, c)
+		_, err = f.client.CoreV1().Pods("default").UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		must(f.t, err)
+	}
+	f.refresh()
+}
+
+func hasEvent(rec *record.FakeRecorder, want string) bool {
+	for {
+		select {
+		case e := <-rec.Events:
+			if strings.HasPrefix(e, want) {
+				return true
+			}
+		default:
+			return false
+		}
 	}
 }
