@@ -8,17 +8,16 @@ import (
 	"testing"
 
 	"flotilla.dev/flotilla/hub/hubtest"
+	"flotilla.dev/flotilla/internal/testbin"
 )
 
-// TestKubectlWorksUnchanged drives the hub with a stock kubectl: apply (with
+// TestKubectlWorksUnchanged drives the hub with a stock kubectl (built from
+// the k8s.io/kubectl go.mod pins, see internal/testbin.Kubectl): apply (with
 // its default validation, which needs the OpenAPI documents), get with
 // server-side columns, explain, patch, logs of a strict-validation error,
 // and delete.
 func TestKubectlWorksUnchanged(t *testing.T) {
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Skip("kubectl is not installed")
-	}
+	kubectl := testbin.Kubectl(t)
 	h := hubtest.Start(t)
 	dir := t.TempDir()
 	run := func(args ...string) (string, error) {

@@ -20,6 +20,7 @@ import (
 	agentserver "flotilla.dev/flotilla/agent/server"
 	"flotilla.dev/flotilla/hub/apiserver"
 	"flotilla.dev/flotilla/hub/hubtest"
+	"flotilla.dev/flotilla/internal/testbin"
 )
 
 func criLine(t time.Time, stream, tag, content string) string {
@@ -161,15 +162,14 @@ func TestPodLogsThroughTheHub(t *testing.T) {
 	stream.Close()
 
 	// kubectl logs works unchanged.
-	if kubectl, err := exec.LookPath("kubectl"); err == nil {
-		out, err := exec.Command(kubectl, "--kubeconfig", h.KubeconfigPath(), "logs", "web", "--tail=2").CombinedOutput()
-		if err != nil || string(out) != "world\nlive\n" {
-			t.Errorf("kubectl logs: %v\n%s", err, out)
-		}
-		out, err = exec.Command(kubectl, "--kubeconfig", h.KubeconfigPath(), "logs", "web", "-c", "db").CombinedOutput()
-		if err == nil || !strings.Contains(string(out), "container db is not valid for pod web") {
-			t.Errorf("kubectl logs of an unknown container: %v\n%s", err, out)
-		}
+	kubectl := testbin.Kubectl(t)
+	out, err := exec.Command(kubectl, "--kubeconfig", h.KubeconfigPath(), "logs", "web", "--tail=2").CombinedOutput()
+	if err != nil || string(out) != "world\nlive\n" {
+		t.Errorf("kubectl logs: %v\n%s", err, out)
+	}
+	out, err = exec.Command(kubectl, "--kubeconfig", h.KubeconfigPath(), "logs", "web", "-c", "db").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "container db is not valid for pod web") {
+		t.Errorf("kubectl logs of an unknown container: %v\n%s", err, out)
 	}
 
 	// A node whose published pin does not match is refused.

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/internal/testbin"
 )
 
 // discoveryHandler serves the legacy discovery documents of the served
@@ -63,10 +64,7 @@ func discoveryHandler() http.Handler {
 // a TLS test server and returns a function that runs kubectl against it.
 func kubectlAgainst(t *testing.T, extra func(mux *http.ServeMux)) func(args ...string) (string, error) {
 	t.Helper()
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Skip("kubectl is not installed; it is only needed for this end-to-end check")
-	}
+	kubectl := testbin.Kubectl(t)
 	s, err := New(api.Resources())
 	if err != nil {
 		t.Fatal(err)
