@@ -10,12 +10,11 @@ pkgs=(containerd runc containernetworking-plugins iptables iproute2 conntrack do
 # the arm64 and armv7 binaries; they call qemu-*-static directly, so no
 # binfmt registration is needed).
 pkgs+=(openssh-client lintian rpm qemu-user-static)
-# The kubectl tests (hub/apiserver, hub/apiserver/openapi) run the kubectl
-# in PATH and skip without one. Debian bookworm has no recent kubectl: its
-# kubernetes-client is 1.20, which lacks `explain --output` and leaves
-# field validation to itself, so two of those tests would fail with it.
-# Install kubectl from the Kubernetes project (pkgs.k8s.io) to run them.
-command -v kubectl >/dev/null 2>&1 || echo "install-deps: no kubectl in PATH; the kubectl tests will skip (see scripts/install-deps.sh)" >&2
+# No kubectl is needed: the kubectl tests (hub/apiserver,
+# hub/apiserver/openapi) build their own from the module proxy (test/kubectl:
+# k8s.io/kubectl at the version go.mod pins; `make test` builds it once into
+# bin/test), never the one in PATH. Debian's kubernetes-client is 1.20, too
+# old for them anyway.
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
