@@ -29,7 +29,7 @@ import (
 )
 
 func main() {
-	only := flag.String("only", "", "comma-separated figures to run (api,fanout,rollout,gitops,scheduler,proxy,agent,autonomy); empty runs all")
+	only := flag.String("only", "", "comma-separated figures to run (api,fanout,rollout,gitops,scheduler,proxy,binary,agent,autonomy); empty runs all")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -118,6 +118,13 @@ func main() {
 			for _, l := range r.Lines() {
 				fmt.Println(l)
 			}
+		}
+	}
+	if want("binary") {
+		lines, err := binary(ctx)
+		report("agent binary", err)
+		for _, l := range lines {
+			fmt.Println(l)
 		}
 	}
 	if want("agent") {
