@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/v1alpha1"
 )
 
@@ -233,6 +234,24 @@ func TestDeploymentStuckNamesTheWorstPod(t *testing.T) {
 	}
 	ds.Status.NumberReady = 2
 	expect(t, DaemonSet(ds, f), Warning, StageRollout, "scheduler", "ready on 2/3 devices")
+
+	// With prepull, a device that cannot verify the next image keeps its
+	// old pod: the image's signature is what to fix.
+	ds.Annotations = map[string]string{api.AnnotationPrepull: "true"}
+	ds.Status.NumberReady, ds.Status.UpdatedNumberScheduled = 3, 1
+	old := func(name, node string, c corev1.PodCondition) corev1.Pod {
+		p := pod(name, node)
+		p.Annotations = map[string]string{api.AnnotationPrepullImages: "reg/app@sha256:ab"}
+		p.Status.Conditions = append(p.Status.Conditions, c)
+		return *p
+	}
+	f.Pods = []corev1.Pod{
+		old("web-1", "kiosk-1", corev1.PodCondition{Type: api.ConditionImagesPrepulled, Status: corev1.ConditionFalse, Reason: "ErrImageSignature", Message: `image "reg/app@sha256:ab" for the next revision: no signature`}),
+		old("web-2", "kiosk-2", corev1.PodCondition{Type: api.ConditionImagesPrepulled, Status: corev1.ConditionFalse, Reason: "Pulling"}),
+	}
+	expect(t, DaemonSet(ds, f), Critical, StageSignature, "signature", "1 device(s) cannot pull the next revision", "pod/web-1 on kiosk-1: image", "no signature", "1 device(s) still pulling")
+	f.Pods = f.Pods[1:]
+	expect(t, DaemonSet(ds, f), Warning, StageRollout, "", "ready on 3/3 devices, 1 up to date", "1 device(s) still pulling the next revision's images")
 }
 
 func TestSortWorstFirst(t *testing.T) {

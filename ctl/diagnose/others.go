@@ -293,7 +293,62 @@ func DaemonSet(ds *appsv1.DaemonSet, f *Facts) Finding {
 	if st.NumberMisscheduled > 0 {
 		fd.Details = append(fd.Details, fmt.Sprintf("%d pods run on devices they should not", st.NumberMisscheduled))
 	}
+	if ds.Annotations[api.AnnotationPrepull] == "true" {
+		var blocked bool
+		if fd, blocked = prepullBlocked(fd, ds, f); blocked {
+			return fd
+		}
+	}
 	return withWorstPod(fd, ds.Namespace, ds.Spec.Selector, f)
+}
+
+// prepullBlocked names the devices that cannot pull a prepull
+// DaemonSet's next revision: they keep their old pods, so the rollout
+// waits on the image (its signature or its registry), not on them.
+func prepullBlocked(fd Finding, ds *appsv1.DaemonSet, f *Facts) (Finding, bool) {
+	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+	if err != nil || sel.Empty() {
+		return fd, false
+	}
+	var failed []string
+	pulling, signature := 0, false
+	for i := range f.Pods {
+		p := &f.Pods[i]
+		if p.Namespace != ds.Namespace || !sel.Matches(labels.Set(p.Labels)) || p.Annotations[api.AnnotationPrepullImages] == "" {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type != api.ConditionImagesPrepulled || c.Status != corev1.ConditionFalse {
+				continue
+			}
+			if c.Reason == "Pulling" {
+				pulling++
+				continue
+			}
+			signature = signature || c.Reason == "ErrImageSignature"
+			failed = append(failed, fmt.Sprintf("pod/%s on %s: %s", p.Name, p.Spec.NodeName, c.Message))
+		}
+	}
+	if len(failed) == 0 {
+		if pulling > 0 {
+			fd.Details = append(fd.Details, fmt.Sprintf("%d device(s) still pulling the next revision's images", pulling))
+		}
+		return fd, false
+	}
+	sort.Strings(failed)
+	fd.Severity, fd.Stage, fd.Owner = Critical, StageImage, "the next revision's image (its registry, or the registry credentials)"
+	if signature {
+		fd.Stage, fd.Owner = StageSignature, "the next revision's image signature (sign it with a key the devices trust)"
+	}
+	fd.Summary = fmt.Sprintf("%d device(s) cannot pull the next revision and keep the old one; %s", len(failed), fd.Summary)
+	if len(failed) > 5 {
+		failed = append(failed[:5], fmt.Sprintf("... and %d more", len(failed)-5))
+	}
+	fd.Details = append(fd.Details, failed...)
+	if pulling > 0 {
+		fd.Details = append(fd.Details, fmt.Sprintf("%d device(s) still pulling", pulling))
+	}
+	return fd, true
 }
 
 func withWorstPod(fd Finding, ns string, ls *metav1.LabelSelector, f *Facts) Finding {
