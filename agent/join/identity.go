@@ -17,6 +17,7 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
 
+	"flotilla.dev/flotilla/api/agentapi"
 	"flotilla.dev/flotilla/internal/atomicfile"
 )
 
@@ -99,12 +100,11 @@ func parseNodePEM(b []byte) (*tls.Certificate, error) {
 }
 
 func nodeNameOf(c *x509.Certificate) (string, error) {
-	const prefix = "system:node:"
-	cn := c.Subject.CommonName
-	if len(cn) <= len(prefix) || cn[:len(prefix)] != prefix {
-		return "", fmt.Errorf("certificate is for %q, not a device (system:node:NAME)", cn)
+	node, ok := agentapi.NodeNameOf(c.Subject.CommonName)
+	if !ok {
+		return "", fmt.Errorf("certificate is for %q, not a device (%sNAME)", c.Subject.CommonName, agentapi.NodeUserPrefix)
 	}
-	return cn[len(prefix):], nil
+	return node, nil
 }
 
 // NodeName is the device's name in the fleet.
@@ -200,7 +200,7 @@ func (id *Identity) Renew(ctx context.Context, hubURL string) error {
 	if err != nil {
 		return err
 	}
-	resp, err := c.post(ctx, pathRenew, renewRequest{CSR: string(csrPEM)})
+	resp, err := c.post(ctx, agentapi.PathRenew, agentapi.RenewRequest{CSR: string(csrPEM)})
 	if err != nil {
 		return fmt.Errorf("renewing the certificate of %s: %w", id.node, err)
 	}

@@ -4,12 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -23,23 +19,18 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"flotilla.dev/flotilla/hub/pki"
+	"flotilla.dev/flotilla/api/agentapi"
 	"flotilla.dev/flotilla/internal/atomicfile"
 )
 
-// Paths of the hub's join endpoint (hub/join).
 const (
-	pathCA    = "/join/v1/ca"
-	pathCSR   = "/join/v1/csr"
-	pathRenew = "/join/v1/renew"
-
 	requestTimeout = 30 * time.Second
 	maxResponse    = 1 << 20
 )
 
 // ErrCAHashMismatch: the hub presented a CA other than the pinned one. The
 // device sent it nothing (no token, no CSR).
-var ErrCAHashMismatch = pki.ErrCAHashMismatch
+var ErrCAHashMismatch = agentapi.ErrCAHashMismatch
 
 // RefusedError is the hub's refusal of a join or renewal, with its
 // HTTP code and its explanation.
@@ -106,11 +97,11 @@ func Join(ctx context.Context, cfg Config) (*Identity, error) {
 	// makes it trustworthy.
 	insecure := &client{hub: cfg.Hub, http: &http.Client{Timeout: requestTimeout, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true}}}}
-	caPEM, err := insecure.get(ctx, pathCA)
+	caPEM, err := insecure.get(ctx, agentapi.PathCA)
 	if err != nil {
 		return nil, fmt.Errorf("join: fetching the hub CA from %s: %w", cfg.Hub, err)
 	}
-	if _, err := pki.CheckCAHash(caPEM, cfg.CAHash); err != nil {
+	if _, err := agentapi.CheckCAHash(caPEM, cfg.CAHash); err != nil {
 		return nil, fmt.Errorf("join: refusing to talk to %s: %w", cfg.Hub, err)
 	}
 	pool, err := poolOf(caPEM)
@@ -126,7 +117,7 @@ func Join(ctx context.Context, cfg Config) (*Identity, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := pinned.post(ctx, pathCSR, joinRequest{Token: cfg.Token, NodeName: cfg.NodeName, CSR: string(csrPEM)})
+	resp, err := pinned.post(ctx, agentapi.PathCSR, agentapi.JoinRequest{Token: cfg.Token, NodeName: cfg.NodeName, CSR: string(csrPEM)})
 	if err != nil {
 		return nil, fmt.Errorf("join: %w", err)
 	}
@@ -167,7 +158,7 @@ func (id *Identity) configure(cfg Config) {
 }
 
 func newCSR(node string) (csrPEM, keyPEM []byte, err error) {
-	csrPEM, keyPEM, err = pki.NewCSR("system:node:"+node, []string{"system:nodes"})
+	csrPEM, keyPEM, err = agentapi.NewCSR(agentapi.NodeUser(node), []string{agentapi.NodesGroup})
 	if err != nil {
 		return nil, nil, fmt.Errorf("making the device key: %w", err)
 	}
@@ -176,33 +167,11 @@ func newCSR(node string) (csrPEM, keyPEM []byte, err error) {
 
 // csrFor makes a CSR for an existing key.
 func csrFor(node string, key crypto.Signer) (csrPEM, keyPEM []byte, err error) {
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject: pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}}}, key)
+	csrPEM, keyPEM, err = agentapi.CSRFor(key, agentapi.NodeUser(node), []string{agentapi.NodesGroup})
 	if err != nil {
 		return nil, nil, fmt.Errorf("making a CSR for the device key: %w", err)
 	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("encoding the device key: %w", err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
-}
-
-type joinRequest struct {
-	Token    string `json:"token"`
-	NodeName string `json:"nodeName"`
-	CSR      string `json:"csr"`
-}
-
-type renewRequest struct {
-	CSR string `json:"csr"`
-}
-
-type certificateResponse struct {
-	Certificate string            `json:"certificate"`
-	CA          string            `json:"ca"`
-	Labels      map[string]string `json:"labels,omitempty"`
+	return csrPEM, keyPEM, nil
 }
 
 type client struct {
@@ -220,7 +189,7 @@ func (c *client) get(ctx context.Context, path string) ([]byte, error) {
 	return c.do(req)
 }
 
-func (c *client) post(ctx context.Context, path string, body any) (*certificateResponse, error) {
+func (c *client) post(ctx context.Context, path string, body any) (*agentapi.CertificateResponse, error) {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
@@ -234,7 +203,7 @@ func (c *client) post(ctx context.Context, path string, body any) (*certificateR
 	if err != nil {
 		return nil, err
 	}
-	var resp certificateResponse
+	var resp agentapi.CertificateResponse
 	if err := json.Unmarshal(data, &resp); err != nil || resp.Certificate == "" {
 		return nil, fmt.Errorf("the hub's answer from %s is not a certificate (%v)", path, err)
 	}

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/api/agentapi"
 )
 
 // Defaults of the loops' timing, the kubelet's.
@@ -55,7 +58,7 @@ type Config struct {
 	// DataDir's filesystem is the ephemeral-storage (required).
 	DataDir string
 	// KubeletPort is where the agent's server listens (daemonEndpoints);
-	// DefaultKubeletPort when zero.
+	// agentapi.AgentPort when zero.
 	KubeletPort int32
 	// AgentVersion and RuntimeVersion ("containerd://1.7.2") go into
 	// nodeInfo.
@@ -112,7 +115,7 @@ func New(cfg Config) (*Node, error) {
 		cfg.MaxPods = DefaultMaxPods
 	}
 	if cfg.KubeletPort == 0 {
-		cfg.KubeletPort = DefaultKubeletPort
+		cfg.KubeletPort = agentapi.AgentPort
 	}
 	if cfg.Machine == nil {
 		cfg.Machine = HostMachine{}
@@ -157,16 +160,15 @@ func New(cfg Config) (*Node, error) {
 	}, nil
 }
 
-// ValidateLabels checks labels from the config: valid keys and values,
-// and none of the labels the agent sets itself.
+// ValidateLabels checks the labels a device gives its Node (--labels):
+// valid keys and values (agentapi.ValidateLabels), and none of the labels
+// the agent sets itself or only an admin gives. The flag's syntax is
+// agentapi.ParseLabels.
 func ValidateLabels(labels map[string]string) error {
-	for k, v := range labels {
-		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-			return fmt.Errorf("%w: label key %q: %s (--labels)", ErrConfig, k, strings.Join(errs, "; "))
-		}
-		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
-			return fmt.Errorf("%w: value %q of label %s: %s (--labels)", ErrConfig, v, k, strings.Join(errs, "; "))
-		}
+	if err := agentapi.ValidateLabels(labels); err != nil {
+		return fmt.Errorf("%w: %w (--labels)", ErrConfig, err)
+	}
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		switch k {
 		case api.LabelHostname, api.LabelArch, api.LabelOS:
 			return fmt.Errorf("%w: label %s is set by the agent itself; remove it from --labels", ErrConfig, k)
@@ -175,27 +177,6 @@ func ValidateLabels(labels map[string]string) error {
 		}
 	}
 	return nil
-}
-
-// ParseLabels parses "k=v,k2=v2" (the --labels flag) and validates it.
-func ParseLabels(s string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, kv := range strings.Split(s, ",") {
-		kv = strings.TrimSpace(kv)
-		if kv == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return nil, fmt.Errorf("%w: label %q is not key=value (--labels k=v,k2=v2)", ErrConfig, kv)
-		}
-		k = strings.TrimSpace(k)
-		if _, dup := out[k]; dup {
-			return nil, fmt.Errorf("%w: label %s is given twice (--labels)", ErrConfig, k)
-		}
-		out[k] = strings.TrimSpace(v)
-	}
-	return out, ValidateLabels(out)
 }
 
 // Name is the Node's name.

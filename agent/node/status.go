@@ -17,7 +17,6 @@ const (
 	DiskAvailablePct    = 10        // percent of the data dir's filesystem
 	PIDsUsedMaxPct      = 90        // percent of pid_max
 	DefaultMaxPods      = 110
-	DefaultKubeletPort  = 10250
 	AnnotationAgentKeys = "node.flotilla.dev/agent-labels"
 )
 

@@ -228,21 +228,17 @@ func TestMergeMeta(t *testing.T) {
 	}
 }
 
-func TestParseLabels(t *testing.T) {
-	got, err := ParseLabels(" site=berlin, tier=edge ,empty=")
-	if err != nil {
+func TestValidateLabels(t *testing.T) {
+	if err := ValidateLabels(map[string]string{"site": "berlin", "tier": "edge", "empty": ""}); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 3 || got["site"] != "berlin" || got["tier"] != "edge" || got["empty"] != "" {
-		t.Errorf("ParseLabels = %v", got)
-	}
-	for _, bad := range []string{"noequals", "a=1,a=2", "bad key=1", "k=bad value", "kubernetes.io/hostname=x", "kubernetes.io/arch=arm", "node.flotilla.dev/autonomy=true"} {
-		if _, err := ParseLabels(bad); !errors.Is(err, ErrConfig) {
-			t.Errorf("ParseLabels(%q) = %v, want ErrConfig", bad, err)
+	for _, bad := range []map[string]string{{"bad key": "1"}, {"k": "bad value"}, {"kubernetes.io/hostname": "x"}, {"kubernetes.io/arch": "arm"}, {"node.flotilla.dev/autonomy": "true"}} {
+		if err := ValidateLabels(bad); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "--labels") {
+			t.Errorf("ValidateLabels(%v) = %v, want ErrConfig naming --labels", bad, err)
 		}
 	}
-	if m, err := ParseLabels(""); err != nil || len(m) != 0 {
-		t.Errorf("empty: %v %v", m, err)
+	if err := ValidateLabels(nil); err != nil {
+		t.Errorf("no labels: %v", err)
 	}
 }
 

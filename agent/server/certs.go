@@ -4,11 +4,9 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -17,13 +15,14 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"flotilla.dev/flotilla/api/agentapi"
 )
 
-// AnnotationServingCertHash on a Node carries the SHA-256 of the agent's
-// serving certificate ("sha256:<hex>"), which the hub pins when it
-// connects to the agent (for logs). It must match the hub's copy of the
-// name in hub/apiserver/podlog.go.
-const AnnotationServingCertHash = "node.flotilla.dev/serving-cert-sha256"
+// AnnotationServingCertHash is agentapi.AnnotationServingCertHash, where
+// the Node publishes CertHash of the serving certificate for the hub to
+// pin.
+const AnnotationServingCertHash = agentapi.AnnotationServingCertHash
 
 // Serving certificate lifetime, and how long before its end a new one is
 // made when the agent starts.
@@ -97,14 +96,12 @@ func LoadOrCreateServingCert(dir string, hosts []string) (tls.Certificate, error
 	return c, nil
 }
 
-// CertHash is the pin of a certificate: "sha256:" and the hex SHA-256 of
-// its DER bytes.
+// CertHash is the pin of c's leaf (agentapi.ServingCertHash).
 func CertHash(c tls.Certificate) (string, error) {
 	if len(c.Certificate) == 0 {
 		return "", errors.New("no certificate")
 	}
-	sum := sha256.Sum256(c.Certificate[0])
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	return agentapi.ServingCertHash(c.Certificate[0]), nil
 }
 
 func writeAtomic(path string, b []byte, mode os.FileMode) error {

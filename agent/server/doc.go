@@ -1,9 +1,10 @@
-// Package server is the agent's HTTPS server (:10250): /healthz, and
-// /containerLogs/<namespace>/<pod>/<container> with the kubelet's query
-// parameters (follow, tailLines, previous, timestamps, limitBytes,
-// sinceSeconds, sinceTime), read from the CRI-format files agent/runtime
-// writes through its logger (package logdriver) — so logs are served from
-// the files alone, whether or not containerd or the container is up.
+// Package server is the agent's HTTPS server (agentapi.AgentPort, :10250):
+// /healthz, and /containerLogs/<namespace>/<pod>/<container> with the
+// kubelet's query parameters (follow, tailLines, previous, timestamps,
+// limitBytes, sinceSeconds, sinceTime), read from the CRI-format files
+// agent/runtime writes through its logger (package logdriver) — so logs
+// are served from the files alone, whether or not containerd or the
+// container is up.
 //
 // # Who may call
 //

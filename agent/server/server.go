@@ -14,11 +14,16 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"flotilla.dev/flotilla/api/agentapi"
 )
+
+// DefaultListen is the server's address: agentapi.AgentPort on every
+// interface.
+var DefaultListen = net.JoinHostPort("", strconv.Itoa(agentapi.AgentPort))
 
 // Defaults.
 const (
-	DefaultListen = ":10250"
 	// DefaultPoll is how often a followed log is checked for new lines.
 	DefaultPoll = 250 * time.Millisecond
 	// GroupMasters is the group of the hub's admin identity, the only one

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"flotilla.dev/flotilla/api/agentapi"
 	"flotilla.dev/flotilla/hub/pki"
 )
 
@@ -25,28 +26,18 @@ func newPKI(t *testing.T) *pki.PKI {
 	return p
 }
 
-func clientFor(t *testing.T, pins string, certPEM, keyPEM []byte) *http.Client {
+// clientFor talks to the server as the hub does: pinning its certificate.
+func clientFor(t *testing.T, pin string, certPEM, keyPEM []byte) *http.Client {
 	t.Helper()
-	cfg := &tls.Config{
-		MinVersion: tls.VersionTLS13,
-		// Pinning as the hub does it: the chain is not what counts.
-		InsecureSkipVerify: true,
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			h, _ := CertHash(tls.Certificate{Certificate: [][]byte{cs.PeerCertificates[0].Raw}})
-			if h != pins {
-				t.Errorf("server presented %s, pinned %s", h, pins)
-			}
-			return nil
-		},
-	}
+	var client *tls.Certificate
 	if certPEM != nil {
 		c, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.Certificates = []tls.Certificate{c}
+		client = &c
 	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 20 * time.Second}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: agentapi.PinnedTLSConfig(pin, client)}, Timeout: 20 * time.Second}
 }
 
 func TestServerAuthAndLogs(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
@@ -162,7 +161,7 @@ func TestPinnedTLSConfig(t *testing.T) {
 	defer srv.Close()
 	pin := ServingCertHash(srv.Certificate().Raw)
 	get := func(pin string) error {
-		tr := &http.Transport{TLSClientConfig: PinnedTLSConfig(pin, tls.Certificate{})}
+		tr := &http.Transport{TLSClientConfig: PinnedTLSConfig(pin, nil)}
 		defer tr.CloseIdleConnections()
 		resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
 		if err == nil {

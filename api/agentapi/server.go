@@ -27,14 +27,13 @@ func ServingCertHash(der []byte) string {
 }
 
 // PinnedTLSConfig is the TLS configuration for talking to an agent's
-// server: TLS 1.3, presenting client, and accepting the agent's
-// certificate only when its ServingCertHash is pin (the value of its
-// Node's AnnotationServingCertHash). There is no chain to verify: the
+// server: TLS 1.3, presenting client (none when nil), and accepting the
+// agent's certificate only when its ServingCertHash is pin (the value of
+// its Node's AnnotationServingCertHash). There is no chain to verify: the
 // certificate is self-signed, and the pin is what makes it trusted.
-func PinnedTLSConfig(pin string, client tls.Certificate) *tls.Config {
-	return &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{client},
+func PinnedTLSConfig(pin string, client *tls.Certificate) *tls.Config {
+	cfg := &tls.Config{
+		MinVersion: tls.VersionTLS13,
 		// Checked against the pin in VerifyConnection instead of a chain.
 		InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
@@ -47,4 +46,8 @@ func PinnedTLSConfig(pin string, client tls.Certificate) *tls.Config {
 			return nil
 		},
 	}
+	if client != nil {
+		cfg.Certificates = []tls.Certificate{*client}
+	}
+	return cfg
 }

@@ -19,6 +19,7 @@ import (
 	"flotilla.dev/flotilla/agent/node"
 	"flotilla.dev/flotilla/agent/server"
 	"flotilla.dev/flotilla/agent/static"
+	"flotilla.dev/flotilla/api/agentapi"
 	"flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/internal/config"
 	"flotilla.dev/flotilla/internal/version"
@@ -230,7 +231,7 @@ func labelsOf(raw any) (map[string]string, error) {
 	case nil:
 		return nil, nil
 	case string:
-		return node.ParseLabels(l)
+		return parseLabels(l)
 	case map[string]any:
 		out := make(map[string]string, len(l))
 		keys := make([]string, 0, len(l))
@@ -254,9 +255,19 @@ func labelsOf(raw any) (map[string]string, error) {
 		for _, p := range l {
 			parts = append(parts, fmt.Sprint(p))
 		}
-		return node.ParseLabels(strings.Join(parts, ","))
+		return parseLabels(strings.Join(parts, ","))
 	}
 	return nil, fmt.Errorf("labels: want k=v,k2=v2 or a map, got %T", raw)
+}
+
+// parseLabels reads "k=v,k2=v2" as join tokens' labels are read, and
+// checks them as labels a device may give itself.
+func parseLabels(s string) (map[string]string, error) {
+	l, err := agentapi.ParseLabels(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w (--labels)", node.ErrConfig, err)
+	}
+	return l, node.ValidateLabels(l)
 }
 
 func newLogger(level string) *slog.Logger {
