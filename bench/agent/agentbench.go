@@ -40,6 +40,11 @@ type Options struct {
 	// AgentEnv is added to the agent's environment ("GOGC=50", say, to
 	// see what a runtime setting would change).
 	AgentEnv []string
+	// Trust signs the test image with a fresh key (the cosign CLI) and
+	// gives the agent that key, so that every image is verified: once
+	// against the registry, then from the verdict cache. Without it the
+	// agent's trust dir is empty and nothing is verified.
+	Trust bool
 	// Log receives progress; discarded when nil.
 	Log *slog.Logger
 }
@@ -113,13 +118,15 @@ type Results struct {
 	Window time.Duration
 	// AgentEnv is what the agent's environment had added.
 	AgentEnv []string
+	// Trust says whether images were verified.
+	Trust bool
 }
 
 // Run measures; it needs root, containerd, runc, the CNI plugins and
 // docker-registry.
 func Run(ctx context.Context, o Options) (res Results, err error) {
 	o = o.withDefaults()
-	res.AgentEnv = o.AgentEnv
+	res.AgentEnv, res.Trust = o.AgentEnv, o.Trust
 	res.Window = time.Duration(o.Samples-1) * o.SampleEvery
 	if os.Geteuid() != 0 {
 		return res, errors.New("the agent benchmark needs root (network namespace, containerd, CNI)")
@@ -335,9 +342,12 @@ func (b *bench) deletePods(ctx context.Context, names ...string) error {
 // Lines are the figures, one per line, beside their targets.
 func (r Results) Lines() []string {
 	mb := func(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/(1<<20)) }
-	env := ""
+	env := ", trust off"
+	if r.Trust {
+		env = ", trust on"
+	}
 	if len(r.AgentEnv) > 0 {
-		env = fmt.Sprintf(" %v", r.AgentEnv)
+		env += fmt.Sprintf(" %v", r.AgentEnv)
 	}
 	var out []string
 	if r.PodStart.N > 0 {

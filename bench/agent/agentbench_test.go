@@ -16,6 +16,7 @@ import (
 
 	"flotilla.dev/flotilla/agent/runtime"
 	"flotilla.dev/flotilla/agent/runtime/podns"
+	"flotilla.dev/flotilla/registry/trust/trusttest"
 )
 
 func TestSummarize(t *testing.T) {
@@ -76,7 +77,7 @@ func TestRelay(t *testing.T) {
 		c.Write([]byte(strings.ToUpper(string(b))))
 		c.Close()
 	}()
-	r, err := startRelay(ns, ln.Addr().String())
+	r, err := startRelay(ns, "127.0.0.1:0", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,17 +101,19 @@ func TestRelay(t *testing.T) {
 	}
 }
 
-// TestRunSmall runs the driver at a tiny size, so that `make bench` does
-// not find it broken, and checks that it leaves nothing behind; the
-// figures themselves are not checked.
+// TestRunSmall runs the driver at a tiny size, with image trust on as
+// `make bench` runs it first, so that `make bench` does not find it
+// broken, and checks that it leaves nothing behind; the figures
+// themselves are not checked.
 func TestRunSmall(t *testing.T) {
 	requireDevice(t)
+	trusttest.Require(t, "cosign", "scripts/install-deps.sh installs cosign "+trusttest.CosignVersion)
 	var log *slog.Logger
 	if os.Getenv("FLOTILLA_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	res, err := Run(context.Background(), Options{
-		Pods: 2, LoadedPods: 2, Settle: time.Second, Samples: 2, SampleEvery: 100 * time.Millisecond, Log: log,
+		Pods: 2, LoadedPods: 2, Settle: time.Second, Samples: 2, SampleEvery: 100 * time.Millisecond, Log: log, Trust: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +129,7 @@ func TestRunSmall(t *testing.T) {
 			t.Errorf("memory: %+v", m)
 		}
 	}
-	if res.Loaded.Pods != 2 || len(res.Lines()) != 4 {
+	if res.Loaded.Pods != 2 || len(res.Lines()) != 4 || !strings.Contains(res.Lines()[2], "trust on") {
 		t.Errorf("loaded pods %d, lines %q", res.Loaded.Pods, res.Lines())
 	}
 

@@ -32,6 +32,7 @@ import (
 	"flotilla.dev/flotilla/hub"
 	"flotilla.dev/flotilla/hub/pki"
 	"flotilla.dev/flotilla/registry"
+	"flotilla.dev/flotilla/registry/trust/trusttest"
 	"flotilla.dev/flotilla/test/testimage"
 )
 
@@ -58,6 +59,11 @@ type bench struct {
 	agent   *process
 	runDir  string
 	logger  string
+	// registry is the test registry's host:port.
+	registry string
+	// trustDir is the agent's --trust-dir: empty, or the key that signed
+	// the image.
+	trustDir string
 }
 
 func (b *bench) onClose(f func()) { b.undo = append(b.undo, f) }
@@ -108,7 +114,16 @@ func newBench(ctx context.Context, o Options) (_ *bench, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("the test image: %w", err)
 	}
-	b.image = img.Ref
+	b.image, b.registry = img.Ref, reg.host
+	b.trustDir = filepath.Join(b.dir, "trust")
+	if err := os.MkdirAll(b.trustDir, 0o755); err != nil {
+		return nil, err
+	}
+	if o.Trust {
+		if err := b.sign(); err != nil {
+			return nil, err
+		}
+	}
 	b.agentNS = "flotilla-bench-agent-" + b.id
 	if err := b.namespace(ctx, b.agentNS); err != nil {
 		return nil, err
@@ -118,6 +133,31 @@ func newBench(ctx context.Context, o Options) (_ *bench, err error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// sign signs the test image with a fresh key and puts the public key in
+// the agent's trust dir.
+func (b *bench) sign() error {
+	bin, err := exec.LookPath("cosign")
+	if err != nil {
+		return fmt.Errorf("cosign is not installed (scripts/install-deps.sh installs %s): %w", trusttest.CosignVersion, err)
+	}
+	cli, err := trusttest.NewCLI(bin, filepath.Join(b.dir, "cosign"))
+	if err != nil {
+		return err
+	}
+	pub, err := cli.TryGenerateKeyPair("bench")
+	if err != nil {
+		return err
+	}
+	if err := cli.TrySign("bench", b.image, trusttest.Legacy); err != nil {
+		return err
+	}
+	key, err := os.ReadFile(pub)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(b.trustDir, "bench.pub"), key, 0o644)
 }
 
 // startHub runs a hub in this process on the host's loopback.
@@ -193,11 +233,18 @@ func (b *bench) startDevice(ctx context.Context, bin string) error {
 	if out, err := exec.CommandContext(ctx, "nsenter", "--net="+b.netns, "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		return fmt.Errorf("loopback up in the device's namespace: %v: %s", err, out)
 	}
-	relay, err := startRelay(b.netns, b.hub.Addr().String())
+	relay, err := startRelay(b.netns, "127.0.0.1:0", b.hub.Addr().String())
 	if err != nil {
 		return err
 	}
 	b.onClose(relay.stop)
+	// The registry answers on the device's loopback at the address the
+	// image names, for verifying signatures (and pulling).
+	regRelay, err := startRelay(b.netns, b.registry, b.registry)
+	if err != nil {
+		return err
+	}
+	b.onClose(regRelay.stop)
 
 	cert, key, err := b.hub.PKI().IssueClientCert("system:node:"+b.node, []string{"system:nodes"}, 24*time.Hour)
 	if err != nil {
@@ -229,7 +276,7 @@ func (b *bench) startDevice(ctx context.Context, bin string) error {
 		"--kubeconfig", kubeconfig, "--node-name", b.node, "--node-ip", "127.0.0.1",
 		"--data-dir", filepath.Join(b.dir, "agent"), "--containerd-namespace", b.agentNS,
 		"--server-listen", "127.0.0.1:0", "--cni-conf-dir", confDir, "--log-dir", filepath.Join(b.dir, "logs"),
-		"--labels", "node.flotilla.dev/bench=" + b.id, "--log-level", "warn",
+		"--labels", "node.flotilla.dev/bench=" + b.id, "--log-level", "warn", "--trust-dir", b.trustDir,
 	}
 	b.agent, err = startProcess("nsenter", args, b.o.AgentEnv, filepath.Join(b.dir, "agent.log"))
 	if err != nil {
@@ -448,14 +495,14 @@ type relay struct {
 	open map[net.Conn]struct{}
 }
 
-func startRelay(netns, target string) (*relay, error) {
+func startRelay(netns, listen, target string) (*relay, error) {
 	r := &relay{open: map[net.Conn]struct{}{}}
 	if err := podns.Do(netns, func() error {
 		var err error
-		r.ln, err = net.Listen("tcp", "127.0.0.1:0")
+		r.ln, err = net.Listen("tcp", listen)
 		return err
 	}); err != nil {
-		return nil, fmt.Errorf("the relay to the hub: %w", err)
+		return nil, fmt.Errorf("the relay to %s: %w", target, err)
 	}
 	r.addr = r.ln.Addr().String()
 	r.wg.Add(1)

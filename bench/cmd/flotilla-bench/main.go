@@ -29,7 +29,7 @@ import (
 )
 
 func main() {
-	only := flag.String("only", "", "comma-separated figures to run (api,fanout,rollout,gitops,scheduler,proxy,binary,agent,autonomy); empty runs all")
+	only := flag.String("only", "", "comma-separated figures to run (api,fanout,rollout,gitops,scheduler,proxy,binary,trust,agent,autonomy); empty runs all")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -127,12 +127,23 @@ func main() {
 			fmt.Println(l)
 		}
 	}
+	if want("trust") {
+		lines, err := trustFigures(ctx)
+		report("image trust", err)
+		for _, l := range lines {
+			fmt.Println(l)
+		}
+	}
 	if want("agent") {
-		r, err := agentbench.Run(ctx, agentbench.Options{})
-		report("agent", err)
-		if err == nil {
-			for _, l := range r.Lines() {
-				fmt.Println(l)
+		// With image trust on (the figure the targets are for), then off:
+		// what verification costs the agent.
+		for _, trust := range []bool{true, false} {
+			r, err := agentbench.Run(ctx, agentbench.Options{Trust: trust})
+			report(fmt.Sprintf("agent (trust %v)", trust), err)
+			if err == nil {
+				for _, l := range r.Lines() {
+					fmt.Println(l)
+				}
 			}
 		}
 	}

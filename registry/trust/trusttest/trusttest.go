@@ -61,6 +61,18 @@ func Cosign(t testing.TB) *CLI {
 	return &CLI{bin: bin, home: t.TempDir(), Dir: t.TempDir()}
 }
 
+// NewCLI is a CLI for a program that is not a test (make bench): bin is
+// the cosign binary; its HOME and the keys live under dir.
+func NewCLI(bin, dir string) (*CLI, error) {
+	c := &CLI{bin: bin, home: filepath.Join(dir, "home"), Dir: filepath.Join(dir, "keys")}
+	for _, d := range []string{c.home, c.Dir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
 func (c *CLI) run(dir string, args ...string) (string, error) {
 	cmd := exec.Command(c.bin, args...)
 	cmd.Dir = dir
@@ -90,10 +102,19 @@ func (c *CLI) run(dir string, args ...string) (string, error) {
 // and returns the public key's path (Dir/NAME.pub).
 func (c *CLI) GenerateKeyPair(t testing.TB, name string) string {
 	t.Helper()
-	if _, err := c.run(c.Dir, "generate-key-pair", "--output-key-prefix", name); err != nil {
+	pub, err := c.TryGenerateKeyPair(name)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(c.Dir, name+".pub")
+	return pub
+}
+
+// TryGenerateKeyPair is GenerateKeyPair returning the error.
+func (c *CLI) TryGenerateKeyPair(name string) (string, error) {
+	if _, err := c.run(c.Dir, "generate-key-pair", "--output-key-prefix", name); err != nil {
+		return "", err
+	}
+	return filepath.Join(c.Dir, name+".pub"), nil
 }
 
 // ImportKey imports a private key (Ed25519, RSA or ECDSA) with cosign
