@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 
+	"flotilla.dev/flotilla/api/agentapi"
 	"flotilla.dev/flotilla/hub/auth"
 	"flotilla.dev/flotilla/hub/join"
 	"flotilla.dev/flotilla/hub/pki"
@@ -53,7 +54,7 @@ everything except Secrets).`,
 			if server == "" {
 				server = cfg.Host
 			}
-			csrPEM, keyPEM, err := pki.NewCSR(user, groups)
+			csrPEM, keyPEM, err := agentapi.NewCSR(user, groups)
 			if err != nil {
 				return err
 			}
@@ -70,7 +71,7 @@ everything except Secrets).`,
 			if err != nil {
 				return fmt.Errorf("asking the hub at %s to sign the certificate: %w", cfg.Host, err)
 			}
-			var resp join.CertificateResponse
+			var resp agentapi.CertificateResponse
 			if err := json.Unmarshal(raw, &resp); err != nil {
 				return fmt.Errorf("decoding the hub's answer to the signing request: %w", err)
 			}

@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"flotilla.dev/flotilla/api/agentapi"
 	"flotilla.dev/flotilla/hub/join"
-	"flotilla.dev/flotilla/hub/pki"
 )
 
 // adminFlags find the hub's admin kubeconfig: the commands that change
@@ -63,7 +63,7 @@ func caHashOf(cfg *rest.Config) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("the admin kubeconfig's CA: %w", err)
 	}
-	return pki.HashCA(c), nil
+	return agentapi.HashCA(c), nil
 }
 
 func newToken() *cobra.Command {
@@ -102,7 +102,7 @@ Only a hash of the token's secret is stored on the hub.`,
 			if output != "text" && output != "json" {
 				return fmt.Errorf("-o %q: use text or json", output)
 			}
-			lbl, err := join.ParseLabels(labels)
+			lbl, err := agentapi.ParseLabels(labels)
 			if err != nil {
 				return fmt.Errorf("--labels: %w", err)
 			}

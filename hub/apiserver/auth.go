@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+
+	"flotilla.dev/flotilla/api/agentapi"
 )
 
 // UserInfo is who made a request.
@@ -20,9 +22,9 @@ const (
 	// GroupAdmins may do everything (Kubernetes' system:masters).
 	GroupAdmins = "system:masters"
 	// GroupNodes holds every device's identity, system:node:<name>.
-	GroupNodes = "system:nodes"
+	GroupNodes = agentapi.NodesGroup
 	// NodeUserPrefix starts the user name of a device.
-	NodeUserPrefix = "system:node:"
+	NodeUserPrefix = agentapi.NodeUserPrefix
 )
 
 // Authenticator says who made a request. It returns (nil, nil) for a

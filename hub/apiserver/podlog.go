@@ -2,9 +2,7 @@ package apiserver
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/api/agentapi"
 )
 
 // PodLogsFunc streams a container's log from the node that runs the pod;
@@ -180,19 +179,12 @@ func parsePodLogOptions(q url.Values) (*corev1.PodLogOptions, error) {
 	return opts, nil
 }
 
-// AnnotationServingCertHash is where a Node publishes the SHA-256 of its
-// agent's serving certificate, which the hub pins. It must match
-// agent/server.AnnotationServingCertHash.
-const AnnotationServingCertHash = "node.flotilla.dev/serving-cert-sha256"
-
-// DefaultAgentPort is the agent server's port when a Node names none.
-const DefaultAgentPort = 10250
-
 // AgentPodLogs returns a PodLogsFunc that asks the pod's agent over HTTPS
 // at the node's InternalIP and Node.status.daemonEndpoints.kubeletEndpoint
 // port, presenting the client certificate credentials returns (read on
 // every call, so a renewed one is used) and pinning the agent's serving
-// certificate to the hash its Node publishes.
+// certificate to the hash its Node publishes
+// (agentapi.AnnotationServingCertHash).
 func AgentPodLogs(credentials func() (certPEM, keyPEM []byte)) PodLogsFunc {
 	return func(ctx context.Context, node *corev1.Node, namespace, pod string, opts *corev1.PodLogOptions) (io.ReadCloser, error) {
 		certPEM, keyPEM := credentials()
@@ -204,28 +196,12 @@ func AgentPodLogs(credentials func() (certPEM, keyPEM []byte)) PodLogsFunc {
 		if err != nil {
 			return nil, err
 		}
-		pin := node.Annotations[AnnotationServingCertHash]
+		pin := node.Annotations[agentapi.AnnotationServingCertHash]
 		if pin == "" {
-			return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("node %s publishes no serving certificate hash (annotation %s), so the hub cannot check whom it talks to; upgrade its agent", node.Name, AnnotationServingCertHash))
+			return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("node %s publishes no serving certificate hash (annotation %s), so the hub cannot check whom it talks to; upgrade its agent", node.Name, agentapi.AnnotationServingCertHash))
 		}
 		tr := &http.Transport{
-			TLSClientConfig: &tls.Config{
-				MinVersion:   tls.VersionTLS13,
-				Certificates: []tls.Certificate{cert},
-				// The agent's certificate is self-signed; it is checked
-				// against the pin in VerifyConnection instead of a chain.
-				InsecureSkipVerify: true,
-				VerifyConnection: func(cs tls.ConnectionState) error {
-					if len(cs.PeerCertificates) == 0 {
-						return errors.New("the agent presented no certificate")
-					}
-					sum := sha256.Sum256(cs.PeerCertificates[0].Raw)
-					if got := "sha256:" + hex.EncodeToString(sum[:]); got != pin {
-						return fmt.Errorf("the agent's certificate is %s, but node %s publishes %s", got, node.Name, pin)
-					}
-					return nil
-				},
-			},
+			TLSClientConfig:       agentapi.PinnedTLSConfig(pin, &cert),
 			DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
 			TLSHandshakeTimeout:   10 * time.Second,
 			ResponseHeaderTimeout: 30 * time.Second,
@@ -291,7 +267,7 @@ func agentLogURL(node *corev1.Node, namespace, pod string, opts *corev1.PodLogOp
 	}
 	port := int(node.Status.DaemonEndpoints.KubeletEndpoint.Port)
 	if port == 0 {
-		port = DefaultAgentPort
+		port = agentapi.AgentPort
 	}
 	q := url.Values{}
 	if opts.Follow {

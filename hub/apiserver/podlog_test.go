@@ -18,7 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentserver "flotilla.dev/flotilla/agent/server"
-	"flotilla.dev/flotilla/hub/apiserver"
+	"flotilla.dev/flotilla/api/agentapi"
 	"flotilla.dev/flotilla/hub/hubtest"
 	"flotilla.dev/flotilla/internal/testbin"
 )
@@ -30,9 +30,6 @@ func criLine(t time.Time, stream, tag, content string) string {
 // TestPodLogsThroughTheHub serves a CRI log file from a real agent server
 // and reads it through the hub's pods/log with client-go and kubectl.
 func TestPodLogsThroughTheHub(t *testing.T) {
-	if apiserver.AnnotationServingCertHash != agentserver.AnnotationServingCertHash {
-		t.Fatalf("hub and agent disagree on the pin annotation: %s vs %s", apiserver.AnnotationServingCertHash, agentserver.AnnotationServingCertHash)
-	}
 	h := hubtest.Start(t)
 	ctx := context.Background()
 	logDir := t.TempDir()
@@ -53,7 +50,7 @@ func TestPodLogsThroughTheHub(t *testing.T) {
 	defer func() { stop(); <-done }()
 	pin, _ := agentserver.CertHash(cert)
 
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "edge-1", Annotations: map[string]string{apiserver.AnnotationServingCertHash: pin}}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "edge-1", Annotations: map[string]string{agentapi.AnnotationServingCertHash: pin}}}
 	if node, err = h.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +171,7 @@ func TestPodLogsThroughTheHub(t *testing.T) {
 
 	// A node whose published pin does not match is refused.
 	node, _ = h.Client.CoreV1().Nodes().Get(ctx, "edge-1", metav1.GetOptions{})
-	node.Annotations[apiserver.AnnotationServingCertHash] = "sha256:00"
+	node.Annotations[agentapi.AnnotationServingCertHash] = "sha256:00"
 	if _, err := h.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

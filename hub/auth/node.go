@@ -9,12 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/api/agentapi"
 	"flotilla.dev/flotilla/hub/apiserver"
 )
-
-// RenewPath is the non-resource path where a device renews its
-// certificate; hub/join serves it, devices may POST to it.
-const RenewPath = "/join/v1/renew"
 
 // NodeAuthorizer decides what a device (user system:node:NAME in group
 // system:nodes) may do. Every refusal names the rule that refused.
@@ -72,10 +69,11 @@ func authorizeNodePath(a apiserver.Attributes) (bool, string) {
 			return true, "node: discovery"
 		}
 	}
-	if a.Verb == "post" && a.Path == RenewPath {
+	// hub/join serves the device's renewal there.
+	if a.Verb == "post" && a.Path == agentapi.PathRenew {
 		return true, "node: renew its certificate"
 	}
-	return false, fmt.Sprintf("node rule: devices may read discovery and POST %s, not %s %s", RenewPath, strings.ToUpper(a.Verb), a.Path)
+	return false, fmt.Sprintf("node rule: devices may read discovery and POST %s, not %s %s", agentapi.PathRenew, strings.ToUpper(a.Verb), a.Path)
 }
 
 func authorizeNodeObject(node string, a apiserver.Attributes) (bool, string) {

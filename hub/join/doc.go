@@ -5,7 +5,8 @@
 // client certificate for system:node:NAME, certificate renewal for joined
 // devices, and client certificates that admins issue to people.
 //
-// Paths (mounted in the API server):
+// Paths (mounted in the API server; the device paths and their bodies are
+// api/agentapi's, the hub↔agent contract):
 //
 //	GET  /join/v1/ca     public: the hub CA (devices pin it by hash)
 //	POST /join/v1/csr    public, rate-limited: {token, nodeName, csr}

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"flotilla.dev/flotilla/api/agentapi"
 )
 
 // FuzzJoinRequest feeds arbitrary bodies to the parsing the public,
@@ -19,8 +21,8 @@ func FuzzJoinRequest(f *testing.F) {
 	f.Add(`{"extra":true}`)
 	f.Add(``)
 	f.Fuzz(func(t *testing.T, body string) {
-		r := httptest.NewRequest(http.MethodPost, PathCSR, strings.NewReader(body))
-		var req JoinRequest
+		r := httptest.NewRequest(http.MethodPost, agentapi.PathCSR, strings.NewReader(body))
+		var req agentapi.JoinRequest
 		err := decode(r, &req)
 		if err == nil {
 			if _, err = ParseToken(req.Token); err == nil {

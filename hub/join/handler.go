@@ -21,22 +21,18 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/api/agentapi"
 	"flotilla.dev/flotilla/hub/apiserver"
 	"flotilla.dev/flotilla/hub/auth"
 	"flotilla.dev/flotilla/hub/pki"
 )
 
-// Paths served by Handler.
-const (
-	PathPrefix = "/join/v1/"
-	PathCA     = "/join/v1/ca"
-	PathCSR    = "/join/v1/csr"
-	PathRenew  = auth.RenewPath
-	PathUser   = "/join/v1/user"
-)
+// PathUser is where an admin has a certificate signed for a person; the
+// device paths are agentapi's (PathCA, PathCSR, PathRenew).
+const PathUser = agentapi.PathPrefix + "user"
 
 // PublicPaths are the paths served without authentication.
-var PublicPaths = []string{PathCA, PathCSR}
+var PublicPaths = []string{agentapi.PathCA, agentapi.PathCSR}
 
 // Defaults.
 const (
@@ -53,38 +49,14 @@ type CA interface {
 
 var _ CA = (*pki.PKI)(nil)
 
-// JoinRequest is POSTed to PathCSR.
-type JoinRequest struct {
-	Token    string `json:"token"`
-	NodeName string `json:"nodeName"`
-	// CSR is a PEM certificate request for CN system:node:<nodeName>,
-	// O system:nodes, made on the device with its own key.
-	CSR string `json:"csr"`
-}
-
-// RenewRequest is POSTed to PathRenew with the device's current
-// certificate.
-type RenewRequest struct {
-	CSR string `json:"csr"`
-}
-
-// UserRequest is POSTed to PathUser by an admin.
+// UserRequest is POSTed to PathUser by an admin; the answer is an
+// agentapi.CertificateResponse.
 type UserRequest struct {
 	User string `json:"user"`
 	Role string `json:"role"`
 	CSR  string `json:"csr"`
 	// TTL is a Go duration ("8760h"); empty means a year.
 	TTL string `json:"ttl,omitempty"`
-}
-
-// CertificateResponse answers every signing request.
-type CertificateResponse struct {
-	// Certificate is the signed client certificate, PEM.
-	Certificate string `json:"certificate"`
-	// CA is the hub CA, PEM.
-	CA string `json:"ca"`
-	// Labels the Node got from the join token.
-	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Handler serves the join paths.
@@ -113,24 +85,24 @@ func (h *Handler) log() *slog.Logger {
 
 // Handlers returns the handler for apiserver.Config.Extra.
 func (h *Handler) Handlers() map[string]http.Handler {
-	return map[string]http.Handler{PathPrefix: h}
+	return map[string]http.Handler{agentapi.PathPrefix: h}
 }
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var err error
 	switch {
-	case r.URL.Path == PathCA && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+	case r.URL.Path == agentapi.PathCA && (r.Method == http.MethodGet || r.Method == http.MethodHead):
 		w.Header().Set("Content-Type", "application/x-pem-file")
 		_, _ = w.Write(h.CA.CACertPEM())
 		return
-	case r.URL.Path == PathCSR && r.Method == http.MethodPost:
+	case r.URL.Path == agentapi.PathCSR && r.Method == http.MethodPost:
 		err = h.join(w, r)
-	case r.URL.Path == PathRenew && r.Method == http.MethodPost:
+	case r.URL.Path == agentapi.PathRenew && r.Method == http.MethodPost:
 		err = h.renew(w, r)
 	case r.URL.Path == PathUser && r.Method == http.MethodPost:
 		err = h.user(w, r)
-	case r.URL.Path == PathCA || r.URL.Path == PathCSR || r.URL.Path == PathRenew || r.URL.Path == PathUser:
+	case r.URL.Path == agentapi.PathCA || r.URL.Path == agentapi.PathCSR || r.URL.Path == agentapi.PathRenew || r.URL.Path == PathUser:
 		err = &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusMethodNotAllowed,
 			Reason: metav1.StatusReasonMethodNotAllowed, Message: fmt.Sprintf("%s does not accept %s", r.URL.Path, r.Method)}}
 	default:
@@ -213,7 +185,7 @@ var nodesGR = corev1.Resource("nodes")
 // join turns a token and a CSR into a node certificate.
 func (h *Handler) join(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
-	var req JoinRequest
+	var req agentapi.JoinRequest
 	if err := decode(r, &req); err != nil {
 		return err
 	}
@@ -248,7 +220,7 @@ func (h *Handler) join(w http.ResponseWriter, r *http.Request) error {
 	}
 	h.log().Info("device joined", "node", req.NodeName, "token", tok.ID, "key", fp, "labels", ti.Labels)
 	apiserver.SetAuditReason(ctx, fmt.Sprintf("joined: node %s with token %s, key %s", req.NodeName, tok.ID, fp))
-	writeJSON(w, CertificateResponse{Certificate: string(cert), CA: string(h.CA.CACertPEM()), Labels: ti.Labels})
+	writeJSON(w, agentapi.CertificateResponse{Certificate: string(cert), CA: string(h.CA.CACertPEM()), Labels: ti.Labels})
 	return nil
 }
 
@@ -398,7 +370,7 @@ func (h *Handler) renew(w http.ResponseWriter, r *http.Request) error {
 	if node == "" || cur == nil {
 		return apierrors.NewForbidden(corev1.Resource("certificates"), "", errors.New("only a joined device (system:node:NAME, group system:nodes) renews its certificate here"))
 	}
-	var req RenewRequest
+	var req agentapi.RenewRequest
 	if err := decode(r, &req); err != nil {
 		return err
 	}
@@ -430,7 +402,7 @@ func (h *Handler) renew(w http.ResponseWriter, r *http.Request) error {
 	}
 	h.log().Info("device renewed its certificate", "node", node, "key", fp)
 	apiserver.SetAuditReason(ctx, fmt.Sprintf("renewed: node %s, key %s", node, fp))
-	writeJSON(w, CertificateResponse{Certificate: string(cert), CA: string(h.CA.CACertPEM())})
+	writeJSON(w, agentapi.CertificateResponse{Certificate: string(cert), CA: string(h.CA.CACertPEM())})
 	return nil
 }
 
@@ -496,6 +468,6 @@ func (h *Handler) user(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	apiserver.SetAuditReason(ctx, fmt.Sprintf("issued a %s certificate for %s", req.Role, req.User))
-	writeJSON(w, CertificateResponse{Certificate: string(cert), CA: string(h.CA.CACertPEM())})
+	writeJSON(w, agentapi.CertificateResponse{Certificate: string(cert), CA: string(h.CA.CACertPEM())})
 	return nil
 }

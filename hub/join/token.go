@@ -17,10 +17,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
 	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/api/agentapi"
 )
 
 // Token secrets follow kubeadm's bootstrap tokens.
@@ -113,41 +113,6 @@ type TokenInfo struct {
 	sec  *corev1.Secret
 }
 
-// ValidateLabels checks labels meant for Nodes.
-func ValidateLabels(labels map[string]string) error {
-	keys := make([]string, 0, len(labels))
-	for k := range labels {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-			return fmt.Errorf("label key %q: %s", k, strings.Join(errs, "; "))
-		}
-		if errs := validation.IsValidLabelValue(labels[k]); len(errs) > 0 {
-			return fmt.Errorf("label %s value %q: %s", k, labels[k], strings.Join(errs, "; "))
-		}
-	}
-	return nil
-}
-
-// ParseLabels reads "k=v,k2=v2".
-func ParseLabels(s string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, kv := range strings.Split(s, ",") {
-		kv = strings.TrimSpace(kv)
-		if kv == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return nil, fmt.Errorf("label %q: write labels as key=value, separated by commas", kv)
-		}
-		out[strings.TrimSpace(k)] = strings.TrimSpace(v)
-	}
-	return out, ValidateLabels(out)
-}
-
 func formatLabels(labels map[string]string) string {
 	keys := make([]string, 0, len(labels))
 	for k := range labels {
@@ -169,7 +134,7 @@ func NewTokenSecret(tok Token, o TokenOptions, now time.Time) (*corev1.Secret, e
 	if o.Uses < 0 {
 		return nil, fmt.Errorf("token uses %d is negative", o.Uses)
 	}
-	if err := ValidateLabels(o.Labels); err != nil {
+	if err := agentapi.ValidateLabels(o.Labels); err != nil {
 		return nil, err
 	}
 	data := map[string][]byte{
@@ -223,7 +188,7 @@ func parseTokenSecret(s *corev1.Secret) (*TokenInfo, error) {
 		}
 	}
 	if v := s.Data[keyLabels]; len(v) > 0 {
-		l, err := ParseLabels(string(v))
+		l, err := agentapi.ParseLabels(string(v))
 		if err != nil {
 			return nil, fmt.Errorf("join token %s: %w", ti.ID, err)
 		}

@@ -2,6 +2,7 @@ package join
 
 import (
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -75,14 +76,20 @@ func TestTokenSecretRoundTrip(t *testing.T) {
 	}
 }
 
-func TestParseLabels(t *testing.T) {
-	l, err := ParseLabels("a=1, node.flotilla.dev/b=two,,")
-	if err != nil || len(l) != 2 || l["node.flotilla.dev/b"] != "two" {
-		t.Errorf("ParseLabels = %v, %v", l, err)
+// A token's labels are kept in its Secret as agentapi.ParseLabels reads
+// them.
+func TestTokenLabels(t *testing.T) {
+	tok, err := NewToken()
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, bad := range []string{"novalue", "a=has space", "-a=1"} {
-		if _, err := ParseLabels(bad); err == nil {
-			t.Errorf("ParseLabels(%q) accepted", bad)
-		}
+	want := map[string]string{"a": "1", "node.flotilla.dev/b": "two", "empty": ""}
+	s, err := NewTokenSecret(tok, TokenOptions{Labels: want}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ti, err := parseTokenSecret(s)
+	if err != nil || !maps.Equal(ti.Labels, want) {
+		t.Errorf("labels %v (%v), want %v", ti.Labels, err, want)
 	}
 }

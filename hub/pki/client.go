@@ -5,7 +5,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/tls"
@@ -159,28 +158,6 @@ func checkPublicKey(pub crypto.PublicKey) error {
 	default:
 		return fmt.Errorf("%w: public key type %T is not accepted; use ECDSA P-256", ErrInvalidCSR, pub)
 	}
-}
-
-// NewCSR makes a new ECDSA P-256 key and a CSR for commonName and groups
-// signed with it. Agents call it on the device; the key stays there.
-func NewCSR(commonName string, groups []string) (csrPEM, keyPEM []byte, err error) {
-	if strings.TrimSpace(commonName) == "" {
-		return nil, nil, errors.New("pki: a CSR needs a common name")
-	}
-	key, err := newKey()
-	if err != nil {
-		return nil, nil, err
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject: pkix.Name{CommonName: commonName, Organization: normGroups(groups)},
-	}, key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("pki: create CSR for %q: %w", commonName, err)
-	}
-	if keyPEM, err = encodeKey(key); err != nil {
-		return nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: pemCSR, Bytes: der}), keyPEM, nil
 }
 
 // VerifyClient checks that cert (with the intermediates the client sent

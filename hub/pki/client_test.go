@@ -13,20 +13,22 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"flotilla.dev/flotilla/api/agentapi"
 )
 
 func TestSignCSRAcceptsAGoodCSR(t *testing.T) {
 	p := mustLoad(t, t.TempDir(), testOptions(nil))
-	csrPEM, keyPEM, err := NewCSR("system:node:kiosk-1", []string{NodesGroup})
+	csrPEM, keyPEM, err := agentapi.NewCSR("system:node:kiosk-1", []string{agentapi.NodesGroup})
 	if err != nil {
 		t.Fatal(err)
 	}
-	certPEM, err := p.SignCSR(csrPEM, "system:node:kiosk-1", []string{NodesGroup}, 365*24*time.Hour)
+	certPEM, err := p.SignCSR(csrPEM, "system:node:kiosk-1", []string{agentapi.NodesGroup}, 365*24*time.Hour)
 	if err != nil {
 		t.Fatalf("SignCSR: %v", err)
 	}
 	c := parseCertPEM(t, certPEM)
-	if user, groups := IdentityFromCert(c); user != "system:node:kiosk-1" || !slices.Equal(groups, []string{NodesGroup}) {
+	if user, groups := IdentityFromCert(c); user != "system:node:kiosk-1" || !slices.Equal(groups, []string{agentapi.NodesGroup}) {
 		t.Errorf("identity %q %q, want system:node:kiosk-1 [system:nodes]", user, groups)
 	}
 	if !slices.Equal(c.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}) {
@@ -48,7 +50,7 @@ func TestSignCSRAcceptsAGoodCSR(t *testing.T) {
 	}
 
 	// Group order is not significant.
-	csr2, _, err := NewCSR("alice", []string{"b", "a"})
+	csr2, _, err := agentapi.NewCSR("alice", []string{"b", "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +88,7 @@ func makeCSR(t *testing.T, key any, tmpl *x509.CertificateRequest) []byte {
 
 func TestSignCSRRefusals(t *testing.T) {
 	p := mustLoad(t, t.TempDir(), testOptions(nil))
-	good, _, err := NewCSR("system:node:a", []string{NodesGroup})
+	good, _, err := agentapi.NewCSR("system:node:a", []string{agentapi.NodesGroup})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,14 +102,14 @@ func TestSignCSRRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	withSANs := makeCSR(t, key, &x509.CertificateRequest{
-		Subject:  pkix.Name{CommonName: "system:node:a", Organization: []string{NodesGroup}},
+		Subject:  pkix.Name{CommonName: "system:node:a", Organization: []string{agentapi.NodesGroup}},
 		DNSNames: []string{"hub.example.com"},
 	})
 	p224, err := ecdsa.GenerateKey(elliptic.P224(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	weakCurve := makeCSR(t, p224, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:a", Organization: []string{NodesGroup}}})
+	weakCurve := makeCSR(t, p224, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:a", Organization: []string{agentapi.NodesGroup}}})
 
 	cases := []struct {
 		name   string
@@ -116,17 +118,17 @@ func TestSignCSRRefusals(t *testing.T) {
 		groups []string
 		ttl    time.Duration
 	}{
-		{"other common name", good, "system:node:b", []string{NodesGroup}, time.Hour},
+		{"other common name", good, "system:node:b", []string{agentapi.NodesGroup}, time.Hour},
 		{"extra group asked", good, "system:node:a", nil, time.Hour},
-		{"group missing", good, "system:node:a", []string{NodesGroup, MastersGroup}, time.Hour},
-		{"bad signature", badSig, "system:node:a", []string{NodesGroup}, time.Hour},
-		{"SANs asked", withSANs, "system:node:a", []string{NodesGroup}, time.Hour},
-		{"weak curve", weakCurve, "system:node:a", []string{NodesGroup}, time.Hour},
-		{"not PEM", []byte("hello"), "system:node:a", []string{NodesGroup}, time.Hour},
-		{"certificate instead of CSR", p.CACertPEM(), "system:node:a", []string{NodesGroup}, time.Hour},
-		{"garbage DER", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: []byte{1, 2, 3}}), "system:node:a", []string{NodesGroup}, time.Hour},
-		{"empty common name", good, "", []string{NodesGroup}, time.Hour},
-		{"zero lifetime", good, "system:node:a", []string{NodesGroup}, 0},
+		{"group missing", good, "system:node:a", []string{agentapi.NodesGroup, MastersGroup}, time.Hour},
+		{"bad signature", badSig, "system:node:a", []string{agentapi.NodesGroup}, time.Hour},
+		{"SANs asked", withSANs, "system:node:a", []string{agentapi.NodesGroup}, time.Hour},
+		{"weak curve", weakCurve, "system:node:a", []string{agentapi.NodesGroup}, time.Hour},
+		{"not PEM", []byte("hello"), "system:node:a", []string{agentapi.NodesGroup}, time.Hour},
+		{"certificate instead of CSR", p.CACertPEM(), "system:node:a", []string{agentapi.NodesGroup}, time.Hour},
+		{"garbage DER", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: []byte{1, 2, 3}}), "system:node:a", []string{agentapi.NodesGroup}, time.Hour},
+		{"empty common name", good, "", []string{agentapi.NodesGroup}, time.Hour},
+		{"zero lifetime", good, "system:node:a", []string{agentapi.NodesGroup}, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -233,7 +235,7 @@ func FuzzSignCSR(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	good, _, err := NewCSR("n", []string{"g"})
+	good, _, err := agentapi.NewCSR("n", []string{"g"})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -264,13 +266,13 @@ func BenchmarkSignCSR(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	csr, _, err := NewCSR("system:node:x", []string{NodesGroup})
+	csr, _, err := agentapi.NewCSR("system:node:x", []string{agentapi.NodesGroup})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := p.SignCSR(csr, "system:node:x", []string{NodesGroup}, time.Hour); err != nil {
+		if _, err := p.SignCSR(csr, "system:node:x", []string{agentapi.NodesGroup}, time.Hour); err != nil {
 			b.Fatal(err)
 		}
 	}

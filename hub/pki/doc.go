@@ -2,8 +2,10 @@
 // with it: the CA itself, the hub's serving certificate (renewed while the
 // hub runs), the admin client certificate, client certificates issued to
 // people and devices (from CSRs, so a device's key never leaves it), the
-// verification of client certificates presented to the API, the CA hash
-// devices pin when they join, and kubeconfig files that carry all of it.
+// verification of client certificates presented to the API, and kubeconfig
+// files that carry all of it. What devices share with the hub (the CA hash
+// they pin when they join, the CSRs they make, their identity's names) is
+// api/agentapi's; the hub uses it from there.
 //
 // # Files
 //

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"flotilla.dev/flotilla/api/agentapi"
 )
 
 // Identities and names the hub's own certificates carry.
@@ -29,8 +31,6 @@ const (
 	ServingCommonName = "flotilla-hub"
 	AdminUser         = "flotilla:admin"
 	MastersGroup      = "system:masters"
-	NodeUserPrefix    = "system:node:"
-	NodesGroup        = "system:nodes"
 )
 
 // Defaults for Options.
@@ -231,12 +231,12 @@ func (p *PKI) loadOrCreateCA() error {
 		if err := writePair(p.dir, CACertFile, CAKeyFile, ca); err != nil {
 			return err
 		}
-		p.log.Info("created the hub CA", "notAfter", ca.leaf().NotAfter, "caHash", HashCA(ca.leaf()))
+		p.log.Info("created the hub CA", "notAfter", ca.leaf().NotAfter, "caHash", agentapi.HashCA(ca.leaf()))
 	}
 	p.ca = ca
 	p.caPool = x509.NewCertPool()
 	p.caPool.AddCert(ca.leaf())
-	p.caHash = HashCA(ca.leaf())
+	p.caHash = agentapi.HashCA(ca.leaf())
 	return nil
 }
 

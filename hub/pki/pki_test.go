@@ -20,6 +20,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"flotilla.dev/flotilla/api/agentapi"
 )
 
 // fakeClock is a settable clock for Options.Now.
@@ -330,29 +332,29 @@ func TestCAHashMatchesIndependentComputation(t *testing.T) {
 	}
 }
 
-func TestCheckCAHash(t *testing.T) {
+func TestCAHashPinsTheCA(t *testing.T) {
 	p := mustLoad(t, t.TempDir(), testOptions(nil))
 	other := mustLoad(t, t.TempDir(), testOptions(nil))
 
-	c, err := CheckCAHash(p.CACertPEM(), p.CAHash())
+	c, err := agentapi.CheckCAHash(p.CACertPEM(), p.CAHash())
 	if err != nil {
 		t.Fatalf("own CA refused: %v", err)
 	}
 	if !c.Equal(p.CACert()) {
 		t.Error("CheckCAHash returned another certificate")
 	}
-	if _, err := CheckCAHash(p.CACertPEM(), strings.ToUpper(p.CAHash())); err != nil {
+	if _, err := agentapi.CheckCAHash(p.CACertPEM(), strings.ToUpper(p.CAHash())); err != nil {
 		t.Errorf("upper-case hash refused: %v", err)
 	}
-	if _, err := CheckCAHash(other.CACertPEM(), p.CAHash()); !errors.Is(err, ErrCAHashMismatch) {
+	if _, err := agentapi.CheckCAHash(other.CACertPEM(), p.CAHash()); !errors.Is(err, agentapi.ErrCAHashMismatch) {
 		t.Errorf("foreign CA: err = %v, want ErrCAHashMismatch", err)
 	}
 	for _, bad := range []string{"", "sha256:", "sha256:xyz", "md5:" + strings.Repeat("0", 64), strings.TrimPrefix(p.CAHash(), "sha256:")} {
-		if _, err := CheckCAHash(p.CACertPEM(), bad); err == nil {
+		if _, err := agentapi.CheckCAHash(p.CACertPEM(), bad); err == nil {
 			t.Errorf("malformed hash %q accepted", bad)
 		}
 	}
-	if _, err := CheckCAHash([]byte("not pem"), p.CAHash()); err == nil {
+	if _, err := agentapi.CheckCAHash([]byte("not pem"), p.CAHash()); err == nil {
 		t.Error("garbage CA accepted")
 	}
 }
