@@ -2,17 +2,16 @@ package manager
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 
 	"flotilla.dev/flotilla/hub/controllers/controllerutil"
 	"flotilla.dev/flotilla/hub/controllers/daemonset"
@@ -22,6 +21,7 @@ import (
 	"flotilla.dev/flotilla/hub/controllers/nodelifecycle"
 	"flotilla.dev/flotilla/hub/controllers/replicaset"
 	"flotilla.dev/flotilla/hub/scheduler"
+	"flotilla.dev/flotilla/internal/run"
 )
 
 // Loop names, for Options.Disable.
@@ -98,121 +98,128 @@ func RunWithClients(ctx context.Context, client kubernetes.Interface, meta metad
 		opts.Logger = slog.Default()
 	}
 	log := opts.Logger.With("component", "controller-manager")
-	enabled := func(name string) bool { return !slices.Contains(opts.Disable, name) }
-	workers := func(name string) int {
-		if n, ok := opts.Workers[name]; ok && n > 0 {
-			return n
-		}
-		return defaultWorkers[name]
-	}
 	// Informers never resync: every loop is level-triggered on real
 	// changes, and a periodic full pass would only cost CPU.
-	factory := informers.NewSharedInformerFactory(client, 0)
-	metaFactory := metadatainformer.NewSharedInformerFactory(meta, 0)
-
-	type loop struct {
-		name string
-		run  func(context.Context) error
+	env := loopEnv{
+		client: client, meta: meta, opts: opts,
+		factory:     informers.NewSharedInformerFactory(client, 0),
+		metaFactory: metadatainformer.NewSharedInformerFactory(meta, 0),
 	}
-	var loops []loop
+
+	var loops []run.Loop
 	var stops []func()
 	defer func() {
 		for _, s := range stops {
 			s()
 		}
 	}()
-	if enabled(ReplicaSet) {
-		r, stop := controllerutil.NewRecorder(ctx, client, "replicaset-controller")
-		stops = append(stops, stop)
-		c, err := replicaset.New(client, factory, r, replicaset.Options{Logger: opts.Logger})
+	for _, spec := range loopSpecs {
+		if slices.Contains(opts.Disable, spec.name) {
+			continue
+		}
+		env.recorder, env.workers = nil, defaultWorkers[spec.name]
+		if n, ok := opts.Workers[spec.name]; ok && n > 0 {
+			env.workers = n
+		}
+		if spec.recorder != "" {
+			r, stop := controllerutil.NewRecorder(ctx, client, spec.recorder)
+			stops = append(stops, stop)
+			env.recorder = r
+		}
+		loop, err := spec.build(env)
 		if err != nil {
 			return err
 		}
-		loops = append(loops, loop{ReplicaSet, func(ctx context.Context) error { return c.Run(ctx, workers(ReplicaSet)) }})
-	}
-	if enabled(Deployment) {
-		r, stop := controllerutil.NewRecorder(ctx, client, "deployment-controller")
-		stops = append(stops, stop)
-		c, err := deployment.New(client, factory, r, deployment.Options{Logger: opts.Logger})
-		if err != nil {
-			return err
-		}
-		loops = append(loops, loop{Deployment, func(ctx context.Context) error { return c.Run(ctx, workers(Deployment)) }})
-	}
-	if enabled(DaemonSet) {
-		r, stop := controllerutil.NewRecorder(ctx, client, "daemonset-controller")
-		stops = append(stops, stop)
-		c, err := daemonset.New(client, factory, r, daemonset.Options{Logger: opts.Logger})
-		if err != nil {
-			return err
-		}
-		loops = append(loops, loop{DaemonSet, func(ctx context.Context) error { return c.Run(ctx, workers(DaemonSet)) }})
-	}
-	if enabled(EndpointSlice) {
-		r, stop := controllerutil.NewRecorder(ctx, client, "endpointslice-controller")
-		stops = append(stops, stop)
-		c, err := endpointslice.New(client, factory, r, endpointslice.Options{Logger: opts.Logger})
-		if err != nil {
-			return err
-		}
-		loops = append(loops, loop{EndpointSlice, func(ctx context.Context) error { return c.Run(ctx, workers(EndpointSlice)) }})
-	}
-	if enabled(GarbageCollector) {
-		c, err := garbagecollector.New(meta, metaFactory, garbagecollector.Options{Logger: opts.Logger})
-		if err != nil {
-			return err
-		}
-		loops = append(loops, loop{GarbageCollector, func(ctx context.Context) error { return c.Run(ctx, workers(GarbageCollector)) }})
-	}
-	if enabled(NodeLifecycle) {
-		cfg := opts.NodeLifecycle
-		if cfg.Logger == nil {
-			cfg.Logger = opts.Logger
-		}
-		c, err := nodelifecycle.New(client, factory, cfg)
-		if err != nil {
-			return fmt.Errorf("node lifecycle: %w", err)
-		}
-		loops = append(loops, loop{NodeLifecycle, c.Run})
-	}
-	if enabled(Scheduler) {
-		cfg := opts.Scheduler
-		if cfg.Logger == nil {
-			cfg.Logger = opts.Logger
-		}
-		s, err := scheduler.New(client, factory, cfg)
-		if err != nil {
-			return fmt.Errorf("scheduler: %w", err)
-		}
-		loops = append(loops, loop{Scheduler, s.Run})
+		loops = append(loops, run.Loop{Name: spec.name, Run: loop})
 	}
 
 	// Every informer is registered: start them once for all loops.
-	factory.Start(ctx.Done())
-	metaFactory.Start(ctx.Done())
-	defer factory.Shutdown()
-	defer metaFactory.Shutdown()
+	env.factory.Start(ctx.Done())
+	env.metaFactory.Start(ctx.Done())
+	defer env.factory.Shutdown()
+	defer env.metaFactory.Shutdown()
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errc := make(chan error, len(loops))
-	for _, l := range loops {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := l.run(ctx); err != nil && ctx.Err() == nil {
-				errc <- fmt.Errorf("%s: %w", l.name, err)
-				cancel() // one loop down means the manager is not whole: stop and let the caller restart
-			}
-		}()
-	}
 	log.Info("controller manager started", "loops", len(loops))
-	wg.Wait()
-	close(errc)
-	var errs []error
-	for err := range errc {
-		errs = append(errs, err)
+	// One loop down means the manager is not whole: stop and let the
+	// caller restart.
+	return run.Group{Loops: loops}.Run(ctx)
+}
+
+// loopEnv is what a loop is built from: the shared clients and
+// informers, and its own recorder and worker count.
+type loopEnv struct {
+	client      kubernetes.Interface
+	meta        metadata.Interface
+	factory     informers.SharedInformerFactory
+	metaFactory metadatainformer.SharedInformerFactory
+	opts        Options
+	// recorder records the loop's events (nil for loops with no
+	// recorder); workers is its worker count.
+	recorder record.EventRecorder
+	workers  int
+}
+
+// loopSpec is one of the manager's loops: its name, the component its
+// events are recorded as ("" for none) and how it is built.
+type loopSpec struct {
+	name     string
+	recorder string
+	build    func(env loopEnv) (func(context.Context) error, error)
+}
+
+// loopSpecs are the manager's loops, built and registered with the
+// informers in this order.
+var loopSpecs = []loopSpec{
+	{ReplicaSet, "replicaset-controller", func(env loopEnv) (func(context.Context) error, error) {
+		c, err := replicaset.New(env.client, env.factory, env.recorder, replicaset.Options{Logger: env.opts.Logger})
+		return withWorkers(c, err, env.workers)
+	}},
+	{Deployment, "deployment-controller", func(env loopEnv) (func(context.Context) error, error) {
+		c, err := deployment.New(env.client, env.factory, env.recorder, deployment.Options{Logger: env.opts.Logger})
+		return withWorkers(c, err, env.workers)
+	}},
+	{DaemonSet, "daemonset-controller", func(env loopEnv) (func(context.Context) error, error) {
+		c, err := daemonset.New(env.client, env.factory, env.recorder, daemonset.Options{Logger: env.opts.Logger})
+		return withWorkers(c, err, env.workers)
+	}},
+	{EndpointSlice, "endpointslice-controller", func(env loopEnv) (func(context.Context) error, error) {
+		c, err := endpointslice.New(env.client, env.factory, env.recorder, endpointslice.Options{Logger: env.opts.Logger})
+		return withWorkers(c, err, env.workers)
+	}},
+	{GarbageCollector, "", func(env loopEnv) (func(context.Context) error, error) {
+		c, err := garbagecollector.New(env.meta, env.metaFactory, garbagecollector.Options{Logger: env.opts.Logger})
+		return withWorkers(c, err, env.workers)
+	}},
+	{NodeLifecycle, "", func(env loopEnv) (func(context.Context) error, error) {
+		cfg := env.opts.NodeLifecycle
+		if cfg.Logger == nil {
+			cfg.Logger = env.opts.Logger
+		}
+		c, err := nodelifecycle.New(env.client, env.factory, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("node lifecycle: %w", err)
+		}
+		return c.Run, nil
+	}},
+	{Scheduler, "", func(env loopEnv) (func(context.Context) error, error) {
+		cfg := env.opts.Scheduler
+		if cfg.Logger == nil {
+			cfg.Logger = env.opts.Logger
+		}
+		s, err := scheduler.New(env.client, env.factory, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("scheduler: %w", err)
+		}
+		return s.Run, nil
+	}},
+}
+
+// withWorkers is the loop of a controller that runs with workers.
+func withWorkers[C interface {
+	Run(ctx context.Context, workers int) error
+}](c C, err error, workers int) (func(context.Context) error, error) {
+	if err != nil {
+		return nil, err
 	}
-	return errors.Join(errs...)
+	return func(ctx context.Context) error { return c.Run(ctx, workers) }, nil
 }
