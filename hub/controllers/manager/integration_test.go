@@ -3,6 +3,7 @@ package manager_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"flotilla.dev/flotilla/api"
@@ -472,10 +474,15 @@ func TestGarbageCollection(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitFor(t, "the rollout", 60*time.Second, complete(c, tc.name, 2))
+			sel := "app=" + tc.name
+			if tc.policy == metav1.DeletePropagationForeground {
+				// A finalizer of the test's keeps the ReplicaSet, so that
+				// the owner's wait is a state to observe, not a race.
+				holdReplicaSet(t, c, sel, true)
+			}
 			if err := c.AppsV1().Deployments("default").Delete(ctx, tc.name, metav1.DeleteOptions{PropagationPolicy: &tc.policy}); err != nil {
 				t.Fatal(err)
 			}
-			sel := "app=" + tc.name
 			switch tc.policy {
 			case metav1.DeletePropagationOrphan:
 				waitFor(t, "the deployment gone, its ReplicaSet orphaned", 30*time.Second, func(ctx context.Context) (bool, error) {
@@ -490,22 +497,37 @@ func TestGarbageCollection(t *testing.T) {
 					t.Errorf("%d pods after an orphaning delete, want 2", pods)
 				}
 			case metav1.DeletePropagationForeground:
-				// The Deployment stays, with its finalizer, while dependents go.
-				sawWaiting := false
-				waitFor(t, "everything gone", 60*time.Second, func(ctx context.Context) (bool, error) {
+				// The Deployment stays, deleting, with the foreground
+				// finalizer, while its ReplicaSet is deleted and its pods go.
+				waiting := func(ctx context.Context) (bool, error) {
 					d, err := c.AppsV1().Deployments("default").Get(ctx, tc.name, metav1.GetOptions{})
-					if err == nil {
-						if rs, _ := count(sel); rs > 0 && d.DeletionTimestamp != nil {
-							sawWaiting = true
-						}
+					if err != nil {
+						return false, fmt.Errorf("the owner went while a blocking dependent was left: %w", err)
+					}
+					if d.DeletionTimestamp == nil || !slices.Contains(d.Finalizers, metav1.FinalizerDeleteDependents) {
 						return false, nil
 					}
+					rss, err := c.AppsV1().ReplicaSets("default").List(ctx, metav1.ListOptions{LabelSelector: sel})
+					if err != nil || len(rss.Items) != 1 || rss.Items[0].DeletionTimestamp == nil {
+						return false, err
+					}
+					_, pods := count(sel)
+					return pods == 0, nil
+				}
+				waitFor(t, "the owner waiting, its ReplicaSet deleting and its pods gone", 60*time.Second, waiting)
+				// And it keeps waiting as long as the ReplicaSet is there.
+				for range 10 {
+					time.Sleep(100 * time.Millisecond)
+					if ok, err := waiting(ctx); !ok {
+						t.Fatalf("the owner stopped waiting for its blocking dependent: %v", err)
+					}
+				}
+				holdReplicaSet(t, c, sel, false)
+				waitFor(t, "everything gone", 60*time.Second, func(ctx context.Context) (bool, error) {
+					_, err := c.AppsV1().Deployments("default").Get(ctx, tc.name, metav1.GetOptions{})
 					rs, pods := count(sel)
 					return apierrors.IsNotFound(err) && rs == 0 && pods == 0, nil
 				})
-				if !sawWaiting {
-					t.Log("the foreground deletion finished before the waiting owner was observed")
-				}
 			default:
 				waitFor(t, "ReplicaSet and pods gone", 60*time.Second, func(ctx context.Context) (bool, error) {
 					rs, pods := count(sel)
@@ -513,5 +535,34 @@ func TestGarbageCollection(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// holdFinalizer is the test's own finalizer on a ReplicaSet.
+const holdFinalizer = "test.flotilla.dev/hold"
+
+// holdReplicaSet adds (or removes) holdFinalizer on the one ReplicaSet
+// matching sel.
+func holdReplicaSet(t *testing.T, c kubernetes.Interface, sel string, hold bool) {
+	t.Helper()
+	ctx := context.Background()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		rss, err := c.AppsV1().ReplicaSets("default").List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return err
+		}
+		if len(rss.Items) != 1 {
+			return fmt.Errorf("%d ReplicaSets match %s, want 1", len(rss.Items), sel)
+		}
+		rs := &rss.Items[0]
+		rs.Finalizers = slices.DeleteFunc(rs.Finalizers, func(f string) bool { return f == holdFinalizer })
+		if hold {
+			rs.Finalizers = append(rs.Finalizers, holdFinalizer)
+		}
+		_, err = c.AppsV1().ReplicaSets("default").Update(ctx, rs, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("setting the hold finalizer (%v) on the ReplicaSet: %v", hold, err)
 	}
 }
