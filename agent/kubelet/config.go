@@ -1,6 +1,7 @@
 package kubelet
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,6 +49,15 @@ type Config struct {
 	NetNSPath string
 	// RootDir holds pods' volumes; DefaultRootDir when empty.
 	RootDir string
+	// HostPathRoot, when set, is where hostPath volumes resolve: a pod's
+	// hostPath /data is HostPathRoot/data, created there for the
+	// ...OrCreate types. Simulated devices keep them in a temporary
+	// directory; "" is the machine's root, as on a device.
+	HostPathRoot string
+	// Dial, when set, connects httpGet, tcpSocket and grpc probes and
+	// lifecycle hooks to pods instead of dialing from NetNSPath:
+	// simulated devices answer them in memory.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Allocatable stands in for unset limits in resourceFieldRef; the
 	// machine's CPUs and memory when nil.
 	Allocatable corev1.ResourceList
@@ -112,6 +122,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if !filepath.IsAbs(c.RootDir) {
 		problems = append(problems, fmt.Errorf("RootDir %q must be absolute", c.RootDir))
+	}
+	if c.HostPathRoot != "" && !filepath.IsAbs(c.HostPathRoot) {
+		problems = append(problems, fmt.Errorf("HostPathRoot %q must be absolute", c.HostPathRoot))
 	}
 	if err := errors.Join(problems...); err != nil {
 		return c, fmt.Errorf("%w: %w", ErrConfig, err)

@@ -122,6 +122,7 @@ func New(cfg Config) (*Kubelet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	k.volumes.HostRoot = cfg.HostPathRoot
 	k.runner = &probes.Runner{Exec: cfg.Runtime, Dial: k.dial}
 	k.probes = probes.NewManager(probes.Config{Runner: k.runner, OnChange: k.workers.Poke, Reporter: probeReporter{k}})
 	k.status = status.New(cfg.Client, k.hubPod, status.Options{Log: k.log})
@@ -203,6 +204,12 @@ func (k *Kubelet) Run(ctx context.Context) error {
 	wg.Wait()
 	k.workers.wait()
 	return err
+}
+
+// Pod returns the pod with uid as the device is asked to run it, from
+// the first source that has it.
+func (k *Kubelet) Pod(uid types.UID) (*corev1.Pod, bool) {
+	return k.sources.get(uid)
 }
 
 // PodCounts tallies the device's pods.
@@ -292,8 +299,12 @@ func (k *Kubelet) onRuntimeEvent(ev runtime.Event) {
 	k.workers.Poke(uid)
 }
 
-// dial connects from the device's network namespace.
+// dial connects from the device's network namespace (or with
+// Config.Dial).
 func (k *Kubelet) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if k.cfg.Dial != nil {
+		return k.cfg.Dial(ctx, network, addr)
+	}
 	d := &net.Dialer{}
 	if k.cfg.NetNSPath == "" {
 		return d.DialContext(ctx, network, addr)

@@ -5,12 +5,14 @@ package kubelet_test
 // need no root, containerd or network.
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -26,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -661,6 +664,55 @@ func TestStateMachineRestartPolicyOnFailure(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestStateMachineProbeDial: with Config.Dial, httpGet and tcpSocket
+// probes connect through it (to the pod's address), not from the
+// machine's network.
+func TestStateMachineProbeDial(t *testing.T) {
+	t.Parallel()
+	h := newSMHarness(t)
+	var mu sync.Mutex
+	dialed := map[string]int{}
+	h.cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		mu.Lock()
+		dialed[network+" "+addr]++
+		mu.Unlock()
+		client, server := net.Pipe()
+		go func() {
+			defer server.Close()
+			if req, err := http.ReadRequest(bufio.NewReader(server)); err == nil && req.URL.Path == "/healthz" {
+				io.WriteString(server, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+			}
+		}()
+		return client, nil
+	}
+	probe := func(h corev1.ProbeHandler) *corev1.Probe {
+		return &corev1.Probe{ProbeHandler: h, PeriodSeconds: 1, FailureThreshold: 3, SuccessThreshold: 1, TimeoutSeconds: 1}
+	}
+	p := h.create(smPod("dialed", func(p *corev1.Pod) {
+		c := &p.Spec.Containers[0]
+		c.Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}
+		c.ReadinessProbe = probe(corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}})
+		c.LivenessProbe = probe(corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(9090)}})
+	}))
+	h.start()
+	got := h.wait("dialed", "Ready through the dial seam", func(p *corev1.Pod) error {
+		if smCondition(p, corev1.PodReady) != corev1.ConditionTrue {
+			return errors.New("not Ready")
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, want := range []string{"tcp " + got.Status.PodIP + ":8080", "tcp " + got.Status.PodIP + ":9090"} {
+		if dialed[want] == 0 {
+			t.Errorf("no dial of %s; dialed %v", want, dialed)
+		}
+	}
+	if len(h.rt.Running(string(p.UID))) != 1 {
+		t.Errorf("running containers: %v", h.rt.Running(string(p.UID)))
+	}
 }
 
 func TestStateMachineSidecar(t *testing.T) {

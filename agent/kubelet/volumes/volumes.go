@@ -53,6 +53,10 @@ var ErrUnsupported = errors.New("volume type is not supported by flotilla")
 
 // Manager sets up and tears down pods' volumes under one root directory.
 type Manager struct {
+	// HostRoot, when set, is where hostPath volumes resolve (see
+	// kubelet.Config.HostPathRoot); "" is the machine's root.
+	HostRoot string
+
 	root string
 	objs Objects
 }
@@ -100,7 +104,11 @@ func (m *Manager) setUp(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) 
 		dir := m.volumeDir(pod.UID, "empty-dir", v.Name)
 		return Volume{Path: dir}, setUpEmptyDir(dir, src.EmptyDir)
 	case src.HostPath != nil:
-		return Volume{Path: src.HostPath.Path}, checkHostPath(src.HostPath)
+		hp := *src.HostPath
+		if m.HostRoot != "" && filepath.IsAbs(hp.Path) {
+			hp.Path = filepath.Join(m.HostRoot, hp.Path)
+		}
+		return Volume{Path: hp.Path}, checkHostPath(&hp)
 	case src.ConfigMap != nil:
 		payload, err := m.configMapPayload(ctx, pod.Namespace, src.ConfigMap.Name, src.ConfigMap.Items, src.ConfigMap.Optional, mode(src.ConfigMap.DefaultMode))
 		if err != nil {

@@ -263,6 +263,32 @@ func TestHostPathTypes(t *testing.T) {
 	}
 }
 
+// TestHostRoot: with HostRoot, hostPath volumes resolve (and are
+// created) under it, not on the machine.
+func TestHostRoot(t *testing.T) {
+	m, err := New(t.TempDir(), &fakeObjects{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.HostRoot = t.TempDir()
+	dirOrCreate, fileOrCreate := corev1.HostPathDirectoryOrCreate, corev1.HostPathFileOrCreate
+	p := pod(
+		corev1.Volume{Name: "logs", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/log/sim", Type: &dirOrCreate}}},
+		corev1.Volume{Name: "etc", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/", Type: &fileOrCreate}}},
+	)
+	vols, err := m.SetUp(context.Background(), p)
+	if err == nil || !strings.Contains(err.Error(), `"etc"`) {
+		t.Errorf("SetUp: err = %v, want the volume etc to fail (its root is a directory)", err)
+	}
+	want := filepath.Join(m.HostRoot, "var/log/sim")
+	if got := vols["logs"].Path; got != want {
+		t.Errorf("hostPath /var/log/sim is at %q, want %q", got, want)
+	}
+	if st, err := os.Stat(want); err != nil || !st.IsDir() {
+		t.Errorf("DirectoryOrCreate did not create %s: %v", want, err)
+	}
+}
+
 func TestSubPath(t *testing.T) {
 	vol := t.TempDir()
 	os.Symlink("/etc", filepath.Join(vol, "escape"))
