@@ -2,6 +2,7 @@ package kubelettest
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"slices"
@@ -25,14 +26,16 @@ type Attachment struct {
 }
 
 // Network is an in-memory kubelet.Network: Setup hands out addresses of
-// a /24 (from .2; .1 is the gateway) and Teardown gives them back.
+// an IPv4 prefix (from the second host address; the first is the
+// gateway; never the broadcast address) and Teardown gives them back.
 type Network struct {
 	faults
 
 	mu        sync.Mutex
 	subnet    *net.IPNet
+	size      uint32 // addresses in subnet
 	attached  map[string]Attachment
-	used      map[byte]bool
+	used      map[uint32]bool // by offset in subnet
 	setups    map[string]int
 	teardowns map[string]int
 }
@@ -46,19 +49,36 @@ func NewNetwork() *Network {
 	return n
 }
 
-// NewNetworkCIDR returns a fake network on an IPv4 /24.
+// NewNetworkCIDR returns a fake network on an IPv4 prefix from /8 to /30
+// (a node's pod CIDR: the hub gives each a /24).
 func NewNetworkCIDR(cidr string) (*Network, error) {
 	ip, subnet, err := net.ParseCIDR(cidr)
 	if err != nil {
 		return nil, err
 	}
-	if ones, bits := subnet.Mask.Size(); ip.To4() == nil || ones != 24 || bits != 32 {
-		return nil, fmt.Errorf("kubelettest: pod network %s is not an IPv4 /24", cidr)
+	ones, bits := subnet.Mask.Size()
+	if ip.To4() == nil || bits != 32 || ones < 8 || ones > 30 {
+		return nil, fmt.Errorf("kubelettest: pod network %s is not an IPv4 prefix from /8 to /30", cidr)
 	}
+	subnet.IP = subnet.IP.To4()
 	return &Network{
-		subnet: subnet, attached: map[string]Attachment{}, used: map[byte]bool{},
+		subnet: subnet, size: 1 << (32 - ones), attached: map[string]Attachment{}, used: map[uint32]bool{},
 		setups: map[string]int{}, teardowns: map[string]int{},
 	}, nil
+}
+
+// CIDR is the pod network's prefix.
+func (n *Network) CIDR() string { return n.subnet.String() }
+
+// offset is ip's place in the subnet (ip must be in it).
+func (n *Network) offset(ip net.IP) uint32 {
+	return binary.BigEndian.Uint32(ip.To4()) - binary.BigEndian.Uint32(n.subnet.IP)
+}
+
+func (n *Network) at(offset uint32) net.IP {
+	ip := make(net.IP, 4)
+	binary.BigEndian.PutUint32(ip, binary.BigEndian.Uint32(n.subnet.IP)+offset)
+	return ip
 }
 
 // Setup attaches the pod and returns its address; a pod already attached
@@ -73,18 +93,17 @@ func (n *Network) Setup(_ context.Context, podID, netnsPath string, at cni.Attac
 	if a, ok := n.attached[podID]; ok {
 		return slices.Clone(a.IP), nil
 	}
-	if want := at.IP.To4(); want != nil && n.subnet.Contains(want) && !n.used[want[3]] {
-		n.used[want[3]] = true
+	if want := at.IP.To4(); want != nil && n.subnet.Contains(want) && !n.used[n.offset(want)] {
+		n.used[n.offset(want)] = true
 		n.attached[podID] = Attachment{IP: slices.Clone(want), NetNS: netnsPath, Ports: slices.Clone(at.Ports)}
 		return slices.Clone(want), nil
 	}
-	for host := 2; host < 255; host++ {
-		if n.used[byte(host)] {
+	for host := uint32(2); host < n.size-1; host++ {
+		if n.used[host] {
 			continue
 		}
-		ip := slices.Clone(n.subnet.IP.To4())
-		ip[3] = byte(host)
-		n.used[byte(host)] = true
+		ip := n.at(host)
+		n.used[host] = true
 		n.attached[podID] = Attachment{IP: ip, NetNS: netnsPath, Ports: slices.Clone(at.Ports)}
 		return slices.Clone(ip), nil
 	}
@@ -101,7 +120,7 @@ func (n *Network) Teardown(_ context.Context, podID, _ string) error {
 	defer n.mu.Unlock()
 	n.teardowns[podID]++
 	if a, ok := n.attached[podID]; ok {
-		delete(n.used, a.IP.To4()[3])
+		delete(n.used, n.offset(a.IP))
 		delete(n.attached, podID)
 	}
 	return nil
@@ -116,10 +135,10 @@ func (n *Network) Attach(podID string, ip net.IP) error {
 	if ip4 == nil || !n.subnet.Contains(ip4) {
 		return fmt.Errorf("kubelettest: %s is not in %s", ip, n.subnet)
 	}
-	if n.used[ip4[3]] {
+	if n.used[n.offset(ip4)] {
 		return fmt.Errorf("kubelettest: %s is in use", ip)
 	}
-	n.used[ip4[3]] = true
+	n.used[n.offset(ip4)] = true
 	n.attached[podID] = Attachment{IP: slices.Clone(ip4)}
 	return nil
 }
