@@ -1,0 +1,161 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"flotilla.dev/flotilla/hub/store"
+	"flotilla.dev/flotilla/hub/store/storetest"
+)
+
+// startEtcd runs a one-member etcd in the test's temp dir on free
+// loopback ports until the test ends, and returns its client URL.
+func startEtcd(t testing.TB, dir string) string {
+	t.Helper()
+	cfg := embed.NewConfig()
+	cfg.Dir = dir
+	// Its shutdown logs errors about closed listeners; nothing to see.
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	port := func() url.URL {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return url.URL{Scheme: "http", Host: ln.Addr().String()}
+	}
+	client, peer := port(), port()
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+	cfg.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, peer.String())
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		t.Fatalf("embedded etcd: %v", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		e.Close()
+		t.Fatal("embedded etcd not ready within 30s")
+	}
+	t.Cleanup(e.Close)
+	return client.String()
+}
+
+func open(t testing.TB, endpoint string) *Store {
+	t.Helper()
+	s, err := New(context.Background(), Config{Endpoints: []string{endpoint}, WatchBuffer: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestContract(t *testing.T) {
+	endpoints := map[store.Store]string{}
+	storetest.Run(t, func(t *testing.T) store.Store {
+		ep := startEtcd(t, t.TempDir())
+		s := open(t, ep)
+		endpoints[s] = ep
+		return s
+	},
+		storetest.WithReopen(func(t *testing.T, old store.Store) store.Store {
+			ep := endpoints[old]
+			old.Close()
+			s := open(t, ep)
+			endpoints[s] = ep
+			return s
+		}),
+		storetest.WithSlowWatcherWrites(500),
+	)
+}
+
+// Two hubs on one etcd see one store: a write on one is read and watched
+// on the other, a stale write is a conflict wherever it comes from,
+// compaction by one is seen by the other, and keys outside the prefix
+// (another user of the same etcd) are neither seen nor counted.
+func TestTwoHubsShareOneEtcd(t *testing.T) {
+	ep := startEtcd(t, t.TempDir())
+	a, b := open(t, ep), open(t, ep)
+	defer a.Close()
+	defer b.Close()
+	ctx := t.Context()
+
+	other, err := New(ctx, Config{Endpoints: []string{ep}, Prefix: "/someone-else"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.Create(ctx, "/pods/default/web", []byte("theirs")); err != nil {
+		t.Fatal(err)
+	}
+
+	ch, err := b.Watch(ctx, "/pods/", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, err := a.Create(ctx, "/pods/default/web", []byte("v1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-ch:
+		if res.Err != nil || len(res.Events) != 1 || res.Events[0].KV.Key != "/pods/default/web" || string(res.Events[0].KV.Value) != "v1" || res.Events[0].KV.ModRevision != r1 {
+			t.Fatalf("hub b watched %+v, want the creation on hub a at %d", res, r1)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("hub b saw nothing of hub a's write")
+	}
+	kv, err := b.Get(ctx, "/pods/default/web")
+	if err != nil || string(kv.Value) != "v1" {
+		t.Fatalf("hub b reads %q, %v", kv.Value, err)
+	}
+	if _, err := a.Update(ctx, "/pods/default/web", []byte("v2"), r1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Update(ctx, "/pods/default/web", []byte("stale"), r1); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a stale write on hub b: %v, want ErrConflict", err)
+	}
+	list, _, err := b.List(ctx, "/", 0)
+	if err != nil || len(list) != 1 || string(list[0].Value) != "v2" {
+		t.Fatalf("hub b lists %v, %v: want only Flotilla's object", list, err)
+	}
+
+	cur, _, err := a.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Compact(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	if _, comp, err := b.Revision(ctx); err != nil || comp != cur {
+		t.Fatalf("hub b sees compaction at %d, %v; want %d", comp, err, cur)
+	}
+	if _, err := b.Watch(ctx, "/pods/", r1); !errors.Is(err, store.ErrCompacted) {
+		t.Fatalf("watch from before hub a's compaction: %v, want ErrCompacted", err)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for name, c := range map[string]struct {
+		cfg  Config
+		want string
+	}{
+		"no endpoints": {Config{}, "no etcd endpoints"},
+		"bad prefix":   {Config{Endpoints: []string{"http://127.0.0.1:1"}, Prefix: "flotilla/"}, "must start with /"},
+		"unreachable":  {Config{Endpoints: []string{"http://127.0.0.1:1"}, DialTimeout: 500 * time.Millisecond}, "does not answer"},
+	} {
+		if _, err := New(context.Background(), c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want %q", name, err, c.want)
+		}
+	}
+}
