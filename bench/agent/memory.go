@@ -3,10 +3,7 @@ package agentbench
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -19,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"flotilla.dev/flotilla/agent/runtime/podns"
-	"flotilla.dev/flotilla/agent/server"
+	"flotilla.dev/flotilla/api/agentapi"
 )
 
 // Memory is the agent process's memory at one point.
@@ -164,7 +161,7 @@ func (b *bench) agentMetrics(ctx context.Context) (map[string]float64, error) {
 		return nil, err
 	}
 	port := node.Status.DaemonEndpoints.KubeletEndpoint.Port
-	pin := node.Annotations[server.AnnotationServingCertHash]
+	pin := node.Annotations[agentapi.AnnotationServingCertHash]
 	if port == 0 || pin == "" {
 		return nil, fmt.Errorf("node %s publishes no agent server port or certificate pin", b.node)
 	}
@@ -174,22 +171,7 @@ func (b *bench) agentMetrics(ctx context.Context) (map[string]float64, error) {
 		return nil, err
 	}
 	tr := &http.Transport{
-		TLSClientConfig: &tls.Config{
-			MinVersion:   tls.VersionTLS13,
-			Certificates: []tls.Certificate{cert},
-			// Self-signed: checked against the pin instead of a chain.
-			InsecureSkipVerify: true,
-			VerifyConnection: func(cs tls.ConnectionState) error {
-				if len(cs.PeerCertificates) == 0 {
-					return errors.New("the agent presented no certificate")
-				}
-				sum := sha256.Sum256(cs.PeerCertificates[0].Raw)
-				if got := "sha256:" + hex.EncodeToString(sum[:]); got != pin {
-					return fmt.Errorf("the agent's certificate is %s, its node publishes %s", got, pin)
-				}
-				return nil
-			},
-		},
+		TLSClientConfig: agentapi.PinnedTLSConfig(pin, &cert),
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			var c net.Conn
 			err := podns.Do(b.netns, func() error {
