@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +27,7 @@ import (
 	"flotilla.dev/flotilla/hub/pki"
 	"flotilla.dev/flotilla/hub/secrets"
 	"flotilla.dev/flotilla/hub/store/boltstore"
+	"flotilla.dev/flotilla/internal/run"
 )
 
 // Config is everything the hub is started with. Every field is also a
@@ -230,20 +230,6 @@ func (h *Hub) Run(ctx context.Context) error {
 	defer h.store.Close()
 	defer h.audit.Close()
 
-	var wg sync.WaitGroup
-	errc := make(chan error, 4+len(h.cfg.Loops))
-	run := func(name string, f func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(ctx); err != nil && ctx.Err() == nil {
-				errc <- fmt.Errorf("%s: %w", name, err)
-			}
-		}()
-	}
-	run("api server", h.api.Run)
-	run("pki", h.pki.Run)
-
 	tlsCfg := h.pki.ServerTLSConfig()
 	tlsCfg.NextProtos = []string{"h2", "http/1.1"}
 	httpSrv := &http.Server{
@@ -253,40 +239,55 @@ func (h *Hub) Run(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(h.log.Handler(), slog.LevelDebug),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		err := httpSrv.Serve(tls.NewListener(h.listener, tlsCfg))
-		if err != nil && !errors.Is(err, http.ErrServerClosed) && ctx.Err() == nil {
-			errc <- fmt.Errorf("serving HTTPS: %w", err)
-		}
-	}()
-	h.log.Info("hub serving", "url", h.url, "kubeconfig", h.KubeconfigPath(), "dataDir", h.cfg.DataDir)
-
-	select {
-	case <-h.api.Ready():
-		run("node authorizer", func(ctx context.Context) error { return h.graph.Run(ctx, h.AdminConfig()) })
-		if h.cfg.RunLoops {
-			for _, l := range h.cfg.Loops {
-				run(l.Name, func(ctx context.Context) error { return l.Run(ctx, h.AdminConfig()) })
+	// The node authorizer and the loops work through the API: they start
+	// once it is ready.
+	afterReady := func(f func(ctx context.Context) error) func(context.Context) error {
+		return func(ctx context.Context) error {
+			select {
+			case <-h.api.Ready():
+				return f(ctx)
+			case <-ctx.Done():
+				return nil
 			}
 		}
-	case <-ctx.Done():
-	case err := <-errc:
-		cancel()
-		shutdown(httpSrv)
-		wg.Wait()
-		return err
 	}
-	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
+	loops := []run.Loop{
+		{Name: "api server", Run: h.api.Run},
+		{Name: "pki", Run: h.pki.Run},
+		{Name: "serving HTTPS", Run: func(ctx context.Context) error {
+			return serve(ctx, httpSrv, tls.NewListener(h.listener, tlsCfg))
+		}},
+		{Name: "node authorizer", Run: afterReady(func(ctx context.Context) error { return h.graph.Run(ctx, h.AdminConfig()) })},
 	}
-	cancel()
+	if h.cfg.RunLoops {
+		for _, l := range h.cfg.Loops {
+			loops = append(loops, run.Loop{Name: l.Name, Run: afterReady(func(ctx context.Context) error { return l.Run(ctx, h.AdminConfig()) })})
+		}
+	}
+	h.log.Info("hub serving", "url", h.url, "kubeconfig", h.KubeconfigPath(), "dataDir", h.cfg.DataDir)
+	// The first error also ends the requests in flight (ctx is their
+	// base context) while the loops stop.
+	err := run.Group{Loops: loops, OnError: func(error) { cancel() }}.Run(ctx)
+	// Already shut down unless serving failed by itself.
 	shutdown(httpSrv)
-	wg.Wait()
 	return err
+}
+
+// serve serves s on ln until ctx ends, then shuts it down.
+func serve(ctx context.Context, s *http.Server, ln net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.Serve(ln) }()
+	select {
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	case <-ctx.Done():
+		shutdown(s)
+		<-errc
+		return nil
+	}
 }
 
 func shutdown(s *http.Server) {
