@@ -14,9 +14,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"flotilla.dev/flotilla/api/agentapi"
 	"flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/hub"
-	"flotilla.dev/flotilla/hub/apiserver"
 )
 
 // Hub is a hub running for one test.
@@ -130,7 +130,7 @@ func (h *Hub) Restart() *Hub {
 // agent has: the hub's node authorizer and restrictions apply to it.
 func (h *Hub) NodeClient(node string) kubernetes.Interface {
 	h.t.Helper()
-	cert, key, err := h.PKI().IssueClientCert("system:node:"+node, []string{apiserver.GroupNodes}, time.Hour)
+	cert, key, err := h.PKI().IssueClientCert(agentapi.NodeUser(node), []string{agentapi.NodesGroup}, time.Hour)
 	if err != nil {
 		h.t.Fatalf("a node certificate for %s: %v", node, err)
 	}
