@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,17 +16,20 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
+	"flotilla.dev/flotilla/agent/kubelet"
+	"flotilla.dev/flotilla/agent/kubelet/kubelettest"
+	"flotilla.dev/flotilla/agent/kubelet/volumes"
 	"flotilla.dev/flotilla/api"
 )
+
+// HostIP is every simulated device's address (status.hostIP of its
+// pods, the host of hostNetwork pods' probes).
+const HostIP = "192.0.2.1"
 
 // Config describes one simulated device.
 type Config struct {
@@ -35,19 +39,26 @@ type Config struct {
 	Taints []corev1.Taint
 	// Capacity; default 4 CPUs, 8 GiB, 110 pods.
 	Capacity corev1.ResourceList
-	// ReadyDelay is how long a bound pod takes to become Running and Ready
-	// [200ms].
+	// ReadyDelay is how long starting a container takes on the device's
+	// fake runtime [200ms]: a pod bound to the device is Running and
+	// Ready about that long after the kubelet sees it (no readiness
+	// probe; a probe adds its own delays).
 	ReadyDelay time.Duration
 	// RenewInterval of the Lease [10s, as the kubelet]; LeaseDuration [40s].
 	RenewInterval time.Duration
 	LeaseDuration time.Duration
-	// NeverReady picks pods that start but never pass their readiness
-	// probe (a broken release).
+	// NeverReady picks pods that never get Ready (a broken release): their
+	// containers exit with code 1 as soon as they have started, so the
+	// kubelet restarts them with its crash-loop backoff and reports them
+	// Running but not Ready (CrashLoopBackOff), whatever probes they have.
 	NeverReady func(*corev1.Pod) bool
-	Logger     *slog.Logger
+	// Logger receives the device's logs and its kubelet's [slog.Default(),
+	// Warn and above].
+	Logger *slog.Logger
 }
 
-// Device is one simulated device.
+// Device is one simulated device: its Node and Lease, and a real kubelet
+// (package agent/kubelet) on the in-memory fakes of package kubelettest.
 type Device struct {
 	cfg    Config
 	client kubernetes.Interface
@@ -55,11 +66,7 @@ type Device struct {
 	// renew can be switched off to simulate a lost link.
 	renew      atomic.Bool
 	registered atomic.Bool
-	nextIP     atomic.Uint32
-	readied    atomic.Int64
-
-	mu     sync.Mutex
-	prefix netip.Prefix
+	ready      readyCounter
 }
 
 // New returns a device; Run brings it to life.
@@ -83,10 +90,12 @@ func New(client kubernetes.Interface, cfg Config) (*Device, error) {
 	if cfg.LeaseDuration == 0 {
 		cfg.LeaseDuration = 40 * time.Second
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(minLevel{slog.Default().Handler(), slog.LevelWarn})
 	}
-	d := &Device{cfg: cfg, client: client, log: cfg.Logger.With("device", cfg.Name)}
+	d := &Device{cfg: cfg, client: client, log: log.With("device", cfg.Name)}
+	d.ready.uids = map[types.UID]bool{}
 	d.renew.Store(true)
 	return d, nil
 }
@@ -95,11 +104,13 @@ func New(client kubernetes.Interface, cfg Config) (*Device, error) {
 func (d *Device) Name() string { return d.cfg.Name }
 
 // SetRenewing turns Lease renewal on or off (off: the device looks gone
-// to the hub while its pods keep their state).
+// to the hub while its kubelet keeps its pods running).
 func (d *Device) SetRenewing(on bool) { d.renew.Store(on) }
 
-// PodsReadied counts pods this device has made Ready.
-func (d *Device) PodsReadied() int64 { return d.readied.Load() }
+// PodsReadied counts the pods this device has made Ready: pods whose
+// status its kubelet wrote with the Ready condition True, each counted
+// once.
+func (d *Device) PodsReadied() int64 { return d.ready.n.Load() }
 
 // Register creates or refreshes the Node, its Ready status and its Lease.
 func (d *Device) Register(ctx context.Context) error {
@@ -186,64 +197,69 @@ func (d *Device) renewLease(ctx context.Context, n *corev1.Node) error {
 	return nil
 }
 
-// Run registers the device (unless Register already did) and plays it
-// until ctx ends.
+// Run registers the device (unless Register already did) and runs its
+// kubelet until ctx ends, renewing the Lease. The kubelet runs on fakes
+// made for this Run, with its pods' directories (and hostPath volumes)
+// in a temporary directory removed when Run returns: a second Run is a
+// device rebooted with nothing running.
 func (d *Device) Run(ctx context.Context) error {
 	if !d.registered.Load() {
 		if err := d.Register(ctx); err != nil {
 			return err
 		}
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(d.client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", d.cfg.Name).String()
-		}))
-	podInf := factory.Core().V1().Pods()
-	lister := podInf.Lister()
-	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
-	defer queue.ShutDown()
-	enqueue := func(obj any) {
-		if k, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-			queue.Add(k)
+	root, err := os.MkdirTemp("", "simdevice-"+d.cfg.Name+"-")
+	if err != nil {
+		return fmt.Errorf("device %s: %w", d.cfg.Name, err)
+	}
+	defer d.removeRoot(root)
+
+	rt := &simRuntime{Runtime: kubelettest.NewRuntime(), delay: d.cfg.ReadyDelay}
+	images := kubelettest.NewImages()
+	rt.UseImages(images)
+	network := &simNetwork{client: d.client, node: d.cfg.Name}
+	k, err := kubelet.New(kubelet.Config{
+		NodeName:     d.cfg.Name,
+		Client:       &readyClient{Interface: d.client, count: &d.ready},
+		Runtime:      rt,
+		Network:      network,
+		Puller:       images,
+		HostIPs:      []string{HostIP},
+		RootDir:      filepath.Join(root, "pods"),
+		HostPathRoot: filepath.Join(root, "host"),
+		Dial:         (&prober{network: network}).dial,
+		Allocatable:  d.cfg.Capacity,
+		Log:          d.log,
+	})
+	if err != nil {
+		return fmt.Errorf("device %s: %w", d.cfg.Name, err)
+	}
+	if d.cfg.NeverReady != nil {
+		rt.neverReady = func(uid string) bool {
+			p, ok := k.Pod(types.UID(uid))
+			return ok && d.cfg.NeverReady(p)
 		}
 	}
-	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
-		UpdateFunc: func(_, cur any) { enqueue(cur) },
-	}); err != nil {
-		return fmt.Errorf("device %s pod informer: %w", d.cfg.Name, err)
-	}
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	kubeletDone := make(chan error, 1)
+	go func() { kubeletDone <- k.Run(ctx) }()
 
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				key, quit := queue.Get()
-				if quit {
-					return
-				}
-				if err := d.syncPod(ctx, lister, key, queue); err != nil && ctx.Err() == nil {
-					d.log.Debug("pod sync failed, retrying", "pod", key, "err", err)
-					queue.AddRateLimited(key)
-				} else {
-					queue.Forget(key)
-				}
-				queue.Done(key)
-			}
-		}()
-	}
 	t := time.NewTicker(d.cfg.RenewInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			queue.ShutDown()
-			wg.Wait()
+			<-kubeletDone
 			return nil
+		case err := <-kubeletDone:
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err == nil {
+				err = errors.New("stopped")
+			}
+			return fmt.Errorf("device %s: kubelet: %w", d.cfg.Name, err)
 		case <-t.C:
 			if d.renew.Load() {
 				if err := d.renewLease(ctx, nil); err != nil && ctx.Err() == nil {
@@ -254,92 +270,24 @@ func (d *Device) Run(ctx context.Context) error {
 	}
 }
 
-// syncPod plays the agent for one pod: confirm a deletion, or after the
-// ready delay report it Running and (unless broken) Ready.
-func (d *Device) syncPod(ctx context.Context, lister corelisters.PodLister, key string, q workqueue.TypedRateLimitingInterface[string]) error {
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return nil
-	}
-	pod, err := lister.Pods(ns).Get(name)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if pod.DeletionTimestamp != nil {
-		err := d.client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{
-			GracePeriodSeconds: ptr.To[int64](0), Preconditions: &metav1.Preconditions{UID: &pod.UID},
-		})
-		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-			return nil
-		}
-		return err
-	}
-	if pod.Status.Phase == corev1.PodRunning {
-		return nil
-	}
-	if age := time.Since(pod.CreationTimestamp.Time); age < d.cfg.ReadyDelay {
-		q.AddAfter(key, d.cfg.ReadyDelay-age)
-		return nil
-	}
-	ready := d.cfg.NeverReady == nil || !d.cfg.NeverReady(pod)
-	now := metav1.Now()
-	st := corev1.ConditionTrue
-	if !ready {
-		st = corev1.ConditionFalse
-	}
-	cp := pod.DeepCopy()
-	cp.Status.Phase = corev1.PodRunning
-	cp.Status.HostIP = "192.0.2.1"
-	ip := d.podIP(ctx)
-	cp.Status.PodIP = ip
-	cp.Status.PodIPs = []corev1.PodIP{{IP: ip}}
-	cp.Status.StartTime = &now
-	cp.Status.Conditions = []corev1.PodCondition{
-		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
-		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
-		{Type: corev1.ContainersReady, Status: st, LastTransitionTime: now},
-		{Type: corev1.PodReady, Status: st, LastTransitionTime: now},
-	}
-	cp.Status.ContainerStatuses = nil
-	for _, c := range pod.Spec.Containers {
-		cp.Status.ContainerStatuses = append(cp.Status.ContainerStatuses, corev1.ContainerStatus{
-			Name: c.Name, Image: c.Image, Ready: ready, Started: ptr.To(true),
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
-		})
-	}
-	if _, err := d.client.CoreV1().Pods(ns).UpdateStatus(ctx, cp, metav1.UpdateOptions{}); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return err
-	}
-	if ready {
-		d.readied.Add(1)
-	}
-	return nil
-}
-
-// podIP hands out addresses from the node's pod CIDR (once the hub has
-// assigned one), else from 10.244.0.0/16.
-func (d *Device) podIP(ctx context.Context) string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.prefix.IsValid() {
-		d.prefix = netip.MustParsePrefix("10.244.0.0/16")
-		if n, err := d.client.CoreV1().Nodes().Get(ctx, d.cfg.Name, metav1.GetOptions{}); err == nil && n.Spec.PodCIDR != "" {
-			if p, err := netip.ParsePrefix(n.Spec.PodCIDR); err == nil && p.Addr().Is4() {
-				d.prefix = p.Masked()
+// removeRoot removes a Run's directory once its kubelet has stopped: the
+// pods' volumes first (memory-backed ones are tmpfs mounts when the
+// process is root), then the rest.
+func (d *Device) removeRoot(root string) {
+	pods := filepath.Join(root, "pods")
+	if vm, err := volumes.New(pods, nil); err == nil {
+		if uids, err := vm.PodUIDs(); err == nil {
+			for _, uid := range uids {
+				if err := vm.TearDown(uid); err != nil {
+					d.log.Warn("simulated device: leaving its directory", "dir", root, "err", err)
+					return
+				}
 			}
 		}
 	}
-	i := d.nextIP.Add(1) + 1
-	a := d.prefix.Addr().As4()
-	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
-	v += i
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}).String()
+	if err := os.RemoveAll(root); err != nil {
+		d.log.Warn("simulated device: remove its directory", "dir", root, "err", err)
+	}
 }
 
 // Fleet runs devices until ctx ends.
@@ -348,6 +296,9 @@ type Fleet struct {
 	wg      sync.WaitGroup
 	errs    chan error
 }
+
+// registerParallel is how many devices StartFleet registers at once.
+const registerParallel = 16
 
 // StartFleet registers every device and runs it in the background; Wait
 // returns once ctx has ended and they have stopped.
@@ -358,10 +309,24 @@ func StartFleet(ctx context.Context, client kubernetes.Interface, cfgs []Config)
 		if err != nil {
 			return nil, err
 		}
-		if err := d.Register(ctx); err != nil {
-			return nil, err
-		}
 		f.Devices = append(f.Devices, d)
+	}
+	// Registration is a handful of requests per device, made in parallel.
+	regErrs := make([]error, len(f.Devices))
+	sem := make(chan struct{}, registerParallel)
+	var wg sync.WaitGroup
+	for i, d := range f.Devices {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			regErrs[i] = d.Register(ctx)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(regErrs...); err != nil {
+		return nil, err
 	}
 	for _, d := range f.Devices {
 		f.wg.Add(1)
@@ -397,4 +362,22 @@ func Named(prefix string, n int, mod func(i int, c *Config)) []Config {
 		}
 	}
 	return out
+}
+
+// minLevel drops records below a level.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(attrs), h.min}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h.Handler.WithGroup(name), h.min}
 }
