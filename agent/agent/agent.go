@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,6 +38,7 @@ import (
 	"flotilla.dev/flotilla/agent/static"
 	"flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/internal/atomicfile"
+	"flotilla.dev/flotilla/internal/run"
 	"flotilla.dev/flotilla/internal/version"
 	"flotilla.dev/flotilla/registry"
 	"flotilla.dev/flotilla/registry/trust"
@@ -293,36 +293,21 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 
-	var wg sync.WaitGroup
-	errc := make(chan error, 7)
-	run := func(name string, f func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(ctx); err != nil && ctx.Err() == nil {
-				errc <- fmt.Errorf("%s: %w", name, err)
-			}
-		}()
-	}
-	run("agent server", srv.Run)
-	run("node", nd.Run)
-	run("service proxy", px.Run)
-	run("pod routes", router.Run)
-	run("pods", func(ctx context.Context) error { return a.runPods(ctx, client, shared, nd, rt, puller, store, statics) })
-	run("trusted keys", func(ctx context.Context) error { return a.watchTrust(ctx, verifier) })
-	run("mirror pods", func(ctx context.Context) error {
-		return static.NewMirrorer(client, statics, a.cfg.NodeName, a.log.With("component", "mirror")).Run(ctx, statics.changed)
-	})
 	a.log.Info("agent started", "version", version.Version, "runtime", runtimeVersion, "server", srv.Addr().String())
-
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-		a.log.Error("agent stopping", "err", err)
-	}
-	cancel()
-	wg.Wait()
-	return err
+	return run.Group{
+		Loops: []run.Loop{
+			{Name: "agent server", Run: srv.Run},
+			{Name: "node", Run: nd.Run},
+			{Name: "service proxy", Run: px.Run},
+			{Name: "pod routes", Run: router.Run},
+			{Name: "pods", Run: func(ctx context.Context) error { return a.runPods(ctx, client, shared, nd, rt, puller, store, statics) }},
+			{Name: "trusted keys", Run: func(ctx context.Context) error { return a.watchTrust(ctx, verifier) }},
+			{Name: "mirror pods", Run: func(ctx context.Context) error {
+				return static.NewMirrorer(client, statics, a.cfg.NodeName, a.log.With("component", "mirror")).Run(ctx, statics.changed)
+			}},
+		},
+		OnError: func(err error) { a.log.Error("agent stopping", "err", err) },
+	}.Run(ctx)
 }
 
 // openState opens the device's local state in the data dir.
