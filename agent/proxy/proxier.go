@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/internal/run"
 )
 
 // ErrConfig is returned by New for a configuration that cannot work.
@@ -92,7 +93,8 @@ type Proxier struct {
 	slices    discoverylisters.EndpointSliceLister
 	hasSynced []cache.InformerSynced
 
-	dirty chan struct{}
+	// syncs runs Sync after changes, one at a time, bursts folded.
+	syncs run.Coalescer
 
 	// Owned by the sync loop.
 	written written // nil: unknown, read it back before writing
@@ -142,8 +144,14 @@ func New(cfg Config) (*Proxier, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	p := &Proxier{cfg: cfg, log: cfg.Log.With("component", "proxy"), factory: cfg.Informers, dirty: make(chan struct{}, 1),
+	p := &Proxier{cfg: cfg, log: cfg.Log.With("component", "proxy"), factory: cfg.Informers,
 		render: renderer{clusterCIDR: cfg.ClusterCIDR}}
+	p.syncs.MinInterval = cfg.MinSyncInterval
+	p.syncs.Resync = cfg.FullResyncInterval
+	p.syncs.RetryMin, p.syncs.RetryMax = time.Second, 30*time.Second
+	p.syncs.OnError = func(err error, retryIn time.Duration) {
+		p.log.Error("syncing service rules failed; retrying", "err", err, "retryIn", retryIn)
+	}
 	svcInf := cfg.Informers.Core().V1().Services()
 	sliceInf := cfg.Informers.Discovery().V1().EndpointSlices()
 	p.services, p.slices = svcInf.Lister(), sliceInf.Lister()
@@ -166,12 +174,7 @@ func New(cfg Config) (*Proxier, error) {
 
 // markDirty asks the loop for a sync; it never blocks, and many calls
 // before the loop looks cost one sync.
-func (p *Proxier) markDirty() {
-	select {
-	case p.dirty <- struct{}{}:
-	default:
-	}
-}
+func (p *Proxier) markDirty() { p.syncs.Trigger() }
 
 // Run writes the rules once the caches have synced and then after every
 // change, until ctx ends. Rules stay in the kernel when Run returns (and
@@ -214,50 +217,12 @@ func (p *Proxier) inNetNS(fn func() error) error {
 	return ns.WithNetNSPath(p.cfg.NetNSPath, func(ns.NetNS) error { return fn() })
 }
 
+// loop syncs at once (full: the kernel's tables are read back), then
+// after every change, never two syncs closer than MinSyncInterval; every
+// FullResyncInterval, and after a failure (backing off from 1s to 30s),
+// the sync is full.
 func (p *Proxier) loop(ctx context.Context) error {
-	full := true
-	var last time.Time
-	resync := time.NewTicker(p.cfg.FullResyncInterval)
-	defer resync.Stop()
-	retry := time.NewTimer(0)
-	if !retry.Stop() {
-		<-retry.C
-	}
-	backoff := time.Duration(0)
-	for {
-		// Fold bursts: never two syncs closer than MinSyncInterval.
-		if wait := p.cfg.MinSyncInterval - time.Since(last); !last.IsZero() && wait > 0 {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(wait):
-			}
-		}
-		// Consume a pending mark: this sync reads the caches after it.
-		select {
-		case <-p.dirty:
-		default:
-		}
-		last = time.Now()
-		res := p.Sync(ctx, full)
-		if res.Err != nil {
-			backoff = min(max(2*backoff, time.Second), 30*time.Second)
-			p.log.Error("syncing service rules failed; retrying", "err", res.Err, "retryIn", backoff)
-			retry.Reset(backoff)
-		} else {
-			backoff = 0
-		}
-		full = false
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-p.dirty:
-		case <-resync.C:
-			full = true
-		case <-retry.C:
-			full = true
-		}
-	}
+	return p.syncs.Run(ctx, func(ctx context.Context, full bool) error { return p.Sync(ctx, full).Err })
 }
 
 // Sync computes the rules from the caches and writes what differs from

@@ -26,6 +26,7 @@ import (
 
 	"flotilla.dev/flotilla/agent/proxy"
 	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/internal/run"
 )
 
 // RouteProtocol tags the routes this package makes (rtnetlink protocol
@@ -81,7 +82,8 @@ type Router struct {
 	nodes     corelisters.NodeLister
 	factory   informers.SharedInformerFactory
 	hasSynced cache.InformerSynced
-	dirty     chan struct{}
+	// syncs runs sync after changes, one at a time, bursts folded.
+	syncs run.Coalescer
 
 	mu          sync.Mutex
 	unreachable map[string]bool // nodes already warned about
@@ -113,7 +115,8 @@ func New(cfg Config) (*Router, error) {
 		cfg.Log = slog.Default()
 	}
 	r := &Router{cfg: cfg, log: cfg.Log.With("component", "routes"), factory: cfg.Informers,
-		dirty: make(chan struct{}, 1), unreachable: map[string]bool{}}
+		unreachable: map[string]bool{}}
+	r.syncs.Resync = cfg.ResyncInterval
 	inf := cfg.Informers.Core().V1().Nodes()
 	r.nodes = inf.Lister()
 	reg, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -128,12 +131,7 @@ func New(cfg Config) (*Router, error) {
 	return r, nil
 }
 
-func (r *Router) markDirty() {
-	select {
-	case r.dirty <- struct{}{}:
-	default:
-	}
-}
+func (r *Router) markDirty() { r.syncs.Trigger() }
 
 // Run keeps routes and rules until ctx ends; they stay when it returns.
 func (r *Router) Run(ctx context.Context) error {
@@ -156,9 +154,9 @@ func (r *Router) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), r.hasSynced) {
 		return ctx.Err()
 	}
-	tick := time.NewTicker(r.cfg.ResyncInterval)
-	defer tick.Stop()
-	for {
+	// Once now, then after every change and every ResyncInterval; a
+	// failure waits for the next of them.
+	return r.syncs.Run(ctx, func(ctx context.Context, _ bool) error {
 		err := r.inNetNS(func() error { return r.sync(ctx, h) })
 		if err != nil {
 			r.log.Error("syncing pod routes failed; retrying", "err", err)
@@ -166,13 +164,8 @@ func (r *Router) Run(ctx context.Context) error {
 		if r.cfg.OnSync != nil {
 			r.cfg.OnSync(err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.dirty:
-		case <-tick.C:
-		}
-	}
+		return err
+	})
 }
 
 func (r *Router) inNetNS(fn func() error) error {
