@@ -3,4 +3,8 @@
 // past revisions, the shared revision counter, watches (replay then live,
 // prefix filtering, compaction, slow consumers, cancellation), concurrent
 // writers and, given a reopen hook, durability across a restart.
+//
+// RandomOpsMatchModel checks random operations against a map; its seed
+// is random and logged, FLOTILLA_STORETEST_SEED=<seed> replays a failure
+// and FLOTILLA_STORETEST_OPS=<n> makes a longer run.
 package storetest

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -1134,13 +1136,47 @@ func fmtEvent(e store.Event) string {
 	return fmt.Sprintf("%s%s %s prev %s", e.Type, map[bool]string{true: "(created)"}[e.Created], fmtKV(e.KV), prev)
 }
 
-// testModel drives random writes (with right and wrong preconditions)
-// against a map and checks results, every past List and the replayed
-// history against it.
+// Replaying the model test: its seed is random and logged; set
+// SeedEnv to run that seed again, and OpsEnv for a longer run.
+const (
+	SeedEnv = "FLOTILLA_STORETEST_SEED"
+	OpsEnv  = "FLOTILLA_STORETEST_OPS"
+)
+
+// modelOps is how many random operations the model test makes.
+const modelOps = 2000
+
+// modelSeed is the model test's seed: SeedEnv when set, else random.
+func modelSeed(t *testing.T) uint64 {
+	if v := os.Getenv(SeedEnv); v != "" {
+		seed, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", SeedEnv, v, err)
+		}
+		return seed
+	}
+	return rand.Uint64()
+}
+
+// testModel drives random operations (writes with right and wrong
+// preconditions, reads) against a map: every operation must have exactly
+// the outcome the map predicts — a refused valid write fails as surely as
+// an accepted invalid one — and then every past List and the replayed
+// history must match it. The seed is random and logged.
 func (s *suite) testModel(t *testing.T) {
 	st := s.open(t)
 	ctx := t.Context()
-	rng := rand.New(rand.NewPCG(1, 2))
+	seed := modelSeed(t)
+	ops := modelOps
+	if v := os.Getenv(OpsEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			t.Fatalf("%s=%q: want a positive number", OpsEnv, v)
+		}
+		ops = n
+	}
+	t.Logf("seed %d, %d operations (replay: %s=%d)", seed, ops, SeedEnv, seed)
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	model := map[string]store.KV{}
 	snapshots := map[int64][]store.KV{}
 	snapshot := func() []store.KV {
@@ -1154,8 +1190,8 @@ func (s *suite) testModel(t *testing.T) {
 	base, _ := mustRevision(t, st)
 	snapshots[base] = nil
 	rev := base
-	for i := range 300 {
-		key := fmt.Sprintf("/m/%d", rng.IntN(8))
+	for i := range ops {
+		key := fmt.Sprintf("/m/%d", rng.IntN(12))
 		val := []byte(fmt.Sprintf("v%d", i))
 		cur, exists := model[key]
 		expect := int64(0)
@@ -1165,53 +1201,67 @@ func (s *suite) testModel(t *testing.T) {
 				expect++ // stale or future: must conflict
 			}
 		}
+		// The outcome the model predicts for an update or a delete.
+		var want error
+		switch {
+		case !exists:
+			want = store.ErrNotFound
+		case expect != 0 && expect != cur.ModRevision:
+			want = store.ErrConflict
+		}
 		var (
 			got int64
 			err error
 			op  string
 		)
-		switch rng.IntN(3) {
-		case 0:
+		switch rng.IntN(7) {
+		case 0, 1:
 			op = "create"
+			want = nil
+			if exists {
+				want = store.ErrExists
+			}
 			got, err = st.Create(ctx, key, val)
-			switch {
-			case exists && !errors.Is(err, store.ErrExists):
-				t.Fatalf("op %d: create of existing %s: %v", i, key, err)
-			case !exists && err == nil:
+			if err == nil {
 				model[key] = store.KV{Key: key, Value: val, ModRevision: got, CreateRevision: got}
 			}
-		case 1:
-			op = "update"
+		case 2, 3:
+			op = fmt.Sprintf("update (expecting revision %d)", expect)
 			got, err = st.Update(ctx, key, val, expect)
-			switch {
-			case !exists && !errors.Is(err, store.ErrNotFound):
-				t.Fatalf("op %d: update of missing %s: %v", i, key, err)
-			case exists && expect != 0 && expect != cur.ModRevision && !errors.Is(err, store.ErrConflict):
-				t.Fatalf("op %d: update of %s expecting %d (at %d): %v", i, key, expect, cur.ModRevision, err)
-			case err == nil:
+			if err == nil {
 				model[key] = store.KV{Key: key, Value: val, ModRevision: got, CreateRevision: cur.CreateRevision}
 			}
-		default:
-			op = "delete"
+		case 4, 5:
+			op = fmt.Sprintf("delete (expecting revision %d)", expect)
 			var prev store.KV
 			prev, got, err = st.Delete(ctx, key, expect)
-			switch {
-			case !exists && !errors.Is(err, store.ErrNotFound):
-				t.Fatalf("op %d: delete of missing %s: %v", i, key, err)
-			case exists && expect != 0 && expect != cur.ModRevision && !errors.Is(err, store.ErrConflict):
-				t.Fatalf("op %d: delete of %s expecting %d (at %d): %v", i, key, expect, cur.ModRevision, err)
-			case err == nil:
+			if err == nil {
 				if !equalKV(prev, cur) {
-					t.Fatalf("op %d: delete returned %s, want %s", i, fmtKV(prev), fmtKV(cur))
+					t.Fatalf("seed %d op %d: delete of %s returned %s, want %s", seed, i, key, fmtKV(prev), fmtKV(cur))
 				}
 				delete(model, key)
 			}
+		default:
+			kv, err := st.Get(ctx, key)
+			switch {
+			case !exists && !errors.Is(err, store.ErrNotFound):
+				t.Fatalf("seed %d op %d: get of missing %s = %s, %v; want ErrNotFound", seed, i, key, fmtKV(kv), err)
+			case exists && (err != nil || !equalKV(kv, cur)):
+				t.Fatalf("seed %d op %d: get of %s = %s, %v; want %s", seed, i, key, fmtKV(kv), err, fmtKV(cur))
+			}
+			continue
 		}
-		if err != nil {
+		// Exactly the predicted outcome: the wanted error, or success.
+		switch {
+		case want == nil && err != nil:
+			t.Fatalf("seed %d op %d: %s of %s (at %d, exists %v) refused: %v", seed, i, op, key, cur.ModRevision, exists, err)
+		case want != nil && !errors.Is(err, want):
+			t.Fatalf("seed %d op %d: %s of %s (at %d, exists %v) = %v, want %v", seed, i, op, key, cur.ModRevision, exists, err, want)
+		case err != nil:
 			continue
 		}
 		if got != rev+1 {
-			t.Fatalf("op %d: %s %s got revision %d, want %d", i, op, key, got, rev+1)
+			t.Fatalf("seed %d op %d: %s %s got revision %d, want %d", seed, i, op, key, got, rev+1)
 		}
 		rev = got
 		snapshots[rev] = snapshot()
@@ -1225,13 +1275,13 @@ func (s *suite) testModel(t *testing.T) {
 		}
 		kvs, at, err := st.List(ctx, "/m/", r)
 		if err != nil {
-			t.Fatalf("List at %d: %v", r, err)
+			t.Fatalf("seed %d: List at %d: %v", seed, r, err)
 		}
 		if r != 0 && at != r {
-			t.Fatalf("List at %d reports %d", r, at)
+			t.Fatalf("seed %d: List at %d reports %d", seed, r, at)
 		}
 		if !equalKVs(kvs, want) {
-			t.Fatalf("List at %d = %s, want %s", r, fmtKVs(kvs), fmtKVs(want))
+			t.Fatalf("seed %d: List at %d = %s, want %s", seed, r, fmtKVs(kvs), fmtKVs(want))
 		}
 	}
 	// Replaying the history from the start rebuilds every snapshot.
@@ -1244,7 +1294,7 @@ func (s *suite) testModel(t *testing.T) {
 		}
 		model = replayed
 		if want := snapshots[ev.KV.ModRevision]; !equalKVs(snapshot(), want) {
-			t.Fatalf("replay at %d = %s, want %s", ev.KV.ModRevision, fmtKVs(snapshot()), fmtKVs(want))
+			t.Fatalf("seed %d: replay at %d = %s, want %s", seed, ev.KV.ModRevision, fmtKVs(snapshot()), fmtKVs(want))
 		}
 	}
 }
