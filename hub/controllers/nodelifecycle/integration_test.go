@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/rest"
 
 	"flotilla.dev/flotilla/api"
@@ -51,8 +52,18 @@ func startDevice(t *testing.T, c kubernetes.Interface, name string) *device {
 		t.Fatalf("registering %s: %v", name, err)
 	}
 	if err == nil {
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-		if _, err := c.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		// The controller may write the Node (its pod CIDR) in between, as
+		// it does to a real agent's: read again and retry, as the agent does.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur, err := c.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cur.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+			_, err = c.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
 			t.Fatalf("%s status: %v", name, err)
 		}
 	}
