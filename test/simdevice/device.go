@@ -103,8 +103,15 @@ func New(client kubernetes.Interface, cfg Config) (*Device, error) {
 // Name is the device's Node name.
 func (d *Device) Name() string { return d.cfg.Name }
 
-// SetRenewing turns Lease renewal on or off (off: the device looks gone
-// to the hub while its kubelet keeps its pods running).
+// SetRenewing turns the device's link to the hub on or off. Off, the
+// Lease is not renewed and the kubelet's writes (pod statuses, the
+// deletions it finishes, Events) fail as if the hub were unreachable: the
+// hub sees the device gone, and what it writes (Ready=False on the pods
+// of an Unknown node) stands, while the kubelet keeps the pods running.
+// The kubelet still hears the hub meanwhile (a pod deleted is stopped on
+// the device; its deletion is finished once the link is back). On again,
+// the device renews its Lease and posts its Node Ready, and the kubelet
+// writes what it could not.
 func (d *Device) SetRenewing(on bool) { d.renew.Store(on) }
 
 // PodsReadied counts the pods this device has made Ready: pods whose
@@ -132,9 +139,20 @@ func (d *Device) Register(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("read node %s: %w", d.cfg.Name, err)
 	}
+	if err := d.postReady(ctx, n); err != nil {
+		return err
+	}
+	d.registered.Store(true)
+	return d.renewLease(ctx, n)
+}
+
+// postReady writes the Node's status: capacity, Ready, node info. n is
+// the Node as last read, or nil.
+func (d *Device) postReady(ctx context.Context, n *corev1.Node) error {
+	nodes := d.client.CoreV1().Nodes()
 	// The hub writes the node too (pod CIDR, taints): retry on conflict
 	// with a fresh read, as the kubelet does.
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if n == nil {
 			var err error
 			if n, err = nodes.Get(ctx, d.cfg.Name, metav1.GetOptions{}); err != nil {
@@ -160,8 +178,7 @@ func (d *Device) Register(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node %s status: %w", d.cfg.Name, err)
 	}
-	d.registered.Store(true)
-	return d.renewLease(ctx, n)
+	return nil
 }
 
 func (d *Device) renewLease(ctx context.Context, n *corev1.Node) error {
@@ -220,7 +237,7 @@ func (d *Device) Run(ctx context.Context) error {
 	network := &simNetwork{client: d.client, node: d.cfg.Name}
 	k, err := kubelet.New(kubelet.Config{
 		NodeName:     d.cfg.Name,
-		Client:       &readyClient{Interface: d.client, count: &d.ready},
+		Client:       &hubClient{Interface: d.client, count: &d.ready, link: &link{name: d.cfg.Name, up: &d.renew}},
 		Runtime:      rt,
 		Network:      network,
 		Puller:       images,
@@ -247,6 +264,7 @@ func (d *Device) Run(ctx context.Context) error {
 
 	t := time.NewTicker(d.cfg.RenewInterval)
 	defer t.Stop()
+	offline := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -261,10 +279,20 @@ func (d *Device) Run(ctx context.Context) error {
 			}
 			return fmt.Errorf("device %s: kubelet: %w", d.cfg.Name, err)
 		case <-t.C:
-			if d.renew.Load() {
-				if err := d.renewLease(ctx, nil); err != nil && ctx.Err() == nil {
-					d.log.Debug("lease renewal failed", "err", err)
+			if !d.renew.Load() {
+				offline = true
+				continue
+			}
+			if offline {
+				// Back: the hub marked the Node Unknown meanwhile.
+				if err := d.postReady(ctx, nil); err != nil {
+					d.log.Debug("posting the node Ready failed", "err", err)
+					continue
 				}
+				offline = false
+			}
+			if err := d.renewLease(ctx, nil); err != nil && ctx.Err() == nil {
+				d.log.Debug("lease renewal failed", "err", err)
 			}
 		}
 	}

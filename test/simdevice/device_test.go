@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -72,7 +73,7 @@ func TestDevice(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	d, err := simdevice.New(c, simdevice.Config{
-		Name: "sim-0", Labels: map[string]string{"site": "lab"}, ReadyDelay: 300 * time.Millisecond,
+		Name: "sim-0", Labels: map[string]string{"site": "lab"}, ReadyDelay: 300 * time.Millisecond, RenewInterval: 100 * time.Millisecond,
 		NeverReady: func(p *corev1.Pod) bool { return p.Labels["broken"] == "yes" },
 	})
 	if err != nil {
@@ -160,6 +161,59 @@ func TestDevice(t *testing.T) {
 		t.Errorf("PodsReadied = %d after a NeverReady pod, want 2", n)
 	}
 
+	// The link goes down: no renewals, and what the hub writes meanwhile
+	// (the node Unknown, its pods not Ready) stands.
+	d.SetRenewing(false)
+	renewed := func() time.Time {
+		l, err := c.CoordinationV1().Leases("kube-node-lease").Get(ctx, "sim-0", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Spec.RenewTime.Time
+	}
+	time.Sleep(200 * time.Millisecond)
+	lastRenewed := renewed()
+	node, err = c.CoreV1().Nodes().Get(ctx, "sim-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Conditions[0].Status = corev1.ConditionUnknown
+	if _, err := c.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	plain, err := c.CoreV1().Pods("default").Get(ctx, "plain", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range plain.Status.Conditions {
+		if plain.Status.Conditions[i].Type == corev1.PodReady {
+			plain.Status.Conditions[i].Status = corev1.ConditionFalse
+		}
+	}
+	if _, err := c.CoreV1().Pods("default").UpdateStatus(ctx, plain, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A change makes the kubelet look at the pod (and try to write).
+	if _, err := c.CoreV1().Pods("default").Patch(ctx, "plain", types.MergePatchType, []byte(`{"metadata":{"labels":{"poke":"1"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if p, err := c.CoreV1().Pods("default").Get(ctx, "plain", metav1.GetOptions{}); err != nil || ready(p) {
+		t.Errorf("with its link down the device wrote its pod Ready again (%v)", err)
+	}
+	if !renewed().Equal(lastRenewed) {
+		t.Error("the lease was renewed with the link down")
+	}
+	// Back: the lease, the node Ready, the pod Ready.
+	d.SetRenewing(true)
+	waitPod(t, c, "plain", "Ready again", ready)
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		n, err := c.CoreV1().Nodes().Get(ctx, "sim-0", metav1.GetOptions{})
+		return err == nil && n.Status.Conditions[0].Status == corev1.ConditionTrue && renewed().After(lastRenewed), nil
+	}); err != nil {
+		t.Errorf("the node is not Ready and renewed again: %v", err)
+	}
+
 	// Deletion: the kubelet stops the pod and finishes the deletion.
 	start = time.Now()
 	if err := c.CoreV1().Pods("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
@@ -172,9 +226,6 @@ func TestDevice(t *testing.T) {
 		t.Fatalf("the deleted pod stays: %v", err)
 	}
 	t.Logf("deletion finished after %s", time.Since(start))
-
-	// The lease is renewed while SetRenewing allows.
-	d.SetRenewing(false)
 
 	cancel()
 	select {

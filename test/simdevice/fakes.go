@@ -2,9 +2,11 @@ package simdevice
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -141,32 +143,57 @@ func (c *readyCounter) deleted(uid types.UID) {
 	c.mu.Unlock()
 }
 
-// readyClient is the hub client the kubelet gets: it sees the pod status
-// writes, for PodsReadied, and the final deletes, which end a pod.
-type readyClient struct {
+// hubClient is the kubelet's client: it sees the pod status writes, for
+// PodsReadied, and the deletions the kubelet finishes, which end a pod;
+// while the device's link is down (SetRenewing(false)) its writes (pod
+// statuses, deletions, Events) fail as if the hub could not be reached.
+type hubClient struct {
 	kubernetes.Interface
 	count *readyCounter
+	link  *link
 }
 
-func (c *readyClient) CoreV1() typedcorev1.CoreV1Interface {
-	return readyCore{c.Interface.CoreV1(), c.count}
+// link is a device's connection to the hub, as its writes see it.
+type link struct {
+	name string
+	up   *atomic.Bool
 }
 
-type readyCore struct {
+func (l *link) check() error {
+	if l.up.Load() {
+		return nil
+	}
+	return fmt.Errorf("simulated device %s cannot reach the hub: %w", l.name, syscall.ECONNREFUSED)
+}
+
+func (c *hubClient) CoreV1() typedcorev1.CoreV1Interface {
+	return hubCore{c.Interface.CoreV1(), c.count, c.link}
+}
+
+type hubCore struct {
 	typedcorev1.CoreV1Interface
 	count *readyCounter
+	link  *link
 }
 
-func (c readyCore) Pods(namespace string) typedcorev1.PodInterface {
-	return readyPods{c.CoreV1Interface.Pods(namespace), c.count}
+func (c hubCore) Pods(namespace string) typedcorev1.PodInterface {
+	return hubPods{c.CoreV1Interface.Pods(namespace), c.count, c.link}
 }
 
-type readyPods struct {
+func (c hubCore) Events(namespace string) typedcorev1.EventInterface {
+	return hubEvents{c.CoreV1Interface.Events(namespace), c.link}
+}
+
+type hubPods struct {
 	typedcorev1.PodInterface
 	count *readyCounter
+	link  *link
 }
 
-func (p readyPods) UpdateStatus(ctx context.Context, pod *corev1.Pod, opts metav1.UpdateOptions) (*corev1.Pod, error) {
+func (p hubPods) UpdateStatus(ctx context.Context, pod *corev1.Pod, opts metav1.UpdateOptions) (*corev1.Pod, error) {
+	if err := p.link.check(); err != nil {
+		return nil, err
+	}
 	out, err := p.PodInterface.UpdateStatus(ctx, pod, opts)
 	if err == nil {
 		p.count.wrote(out)
@@ -174,10 +201,53 @@ func (p readyPods) UpdateStatus(ctx context.Context, pod *corev1.Pod, opts metav
 	return out, err
 }
 
-func (p readyPods) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
+func (p hubPods) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
+	if err := p.link.check(); err != nil {
+		return err
+	}
 	err := p.PodInterface.Delete(ctx, name, opts)
 	if (err == nil || apierrors.IsNotFound(err)) && opts.Preconditions != nil && opts.Preconditions.UID != nil {
 		p.count.deleted(*opts.Preconditions.UID)
 	}
 	return err
+}
+
+// hubEvents fails the event writes of a device whose link is down (the
+// kubelet's recorder uses the WithEventNamespace methods).
+type hubEvents struct {
+	typedcorev1.EventInterface
+	link *link
+}
+
+func (e hubEvents) CreateWithEventNamespace(ev *corev1.Event) (*corev1.Event, error) {
+	return e.CreateWithEventNamespaceWithContext(context.Background(), ev)
+}
+
+func (e hubEvents) UpdateWithEventNamespace(ev *corev1.Event) (*corev1.Event, error) {
+	return e.UpdateWithEventNamespaceWithContext(context.Background(), ev)
+}
+
+func (e hubEvents) PatchWithEventNamespace(ev *corev1.Event, data []byte) (*corev1.Event, error) {
+	return e.PatchWithEventNamespaceWithContext(context.Background(), ev, data)
+}
+
+func (e hubEvents) CreateWithEventNamespaceWithContext(ctx context.Context, ev *corev1.Event) (*corev1.Event, error) {
+	if err := e.link.check(); err != nil {
+		return nil, err
+	}
+	return e.EventInterface.CreateWithEventNamespaceWithContext(ctx, ev)
+}
+
+func (e hubEvents) UpdateWithEventNamespaceWithContext(ctx context.Context, ev *corev1.Event) (*corev1.Event, error) {
+	if err := e.link.check(); err != nil {
+		return nil, err
+	}
+	return e.EventInterface.UpdateWithEventNamespaceWithContext(ctx, ev)
+}
+
+func (e hubEvents) PatchWithEventNamespaceWithContext(ctx context.Context, ev *corev1.Event, data []byte) (*corev1.Event, error) {
+	if err := e.link.check(); err != nil {
+		return nil, err
+	}
+	return e.EventInterface.PatchWithEventNamespaceWithContext(ctx, ev, data)
 }
