@@ -25,8 +25,9 @@ import (
 // PodsPerDevice is how many replicas each simulated device carries.
 const PodsPerDevice = 10
 
-// ReadyDelay is how long a simulated pod takes from binding to Ready: a
-// small image already cached on the device.
+// ReadyDelay is how long starting a container takes on a simulated
+// device (its kubelet is the agent's; its runtime is a fake): a small
+// image already cached on the device.
 const ReadyDelay = 100 * time.Millisecond
 
 // Run starts ceil(replicas/10) simulated devices, rolls a Deployment of

@@ -69,7 +69,7 @@ func main() {
 			d, err := rollout.Run(ctx, hub.cfg, 100)
 			report("rolling update, 100 replicas", err)
 			if err == nil {
-				fmt.Printf("%-44s %v to complete (simulated devices, %d pods each, Ready %v after binding)\n",
+				fmt.Printf("%-44s %v to complete (simulated devices running the agent's kubelet, %d pods each, containers start in %v)\n",
 					"rolling update, 100 replicas", d.Round(10*time.Millisecond), rollout.PodsPerDevice, rollout.ReadyDelay)
 			}
 		}
