@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,15 +28,22 @@ import (
 	"flotilla.dev/flotilla/hub/join"
 	"flotilla.dev/flotilla/hub/pki"
 	"flotilla.dev/flotilla/hub/secrets"
+	"flotilla.dev/flotilla/hub/store"
 	"flotilla.dev/flotilla/hub/store/boltstore"
+	"flotilla.dev/flotilla/hub/store/etcdstore"
 	"flotilla.dev/flotilla/internal/run"
 )
 
 // Config is everything the hub is started with. Every field is also a
 // config key, flag and FLOTILLA_ environment variable (see cmd/flotilla-hub).
 type Config struct {
-	// DataDir holds state.db, pki/ and admin.kubeconfig.
+	// DataDir holds state.db (with the bbolt store), pki/ and
+	// admin.kubeconfig.
 	DataDir string
+	// Store is "bbolt" (the default: DATA_DIR/state.db) or "etcd".
+	Store string
+	// Etcd configures the etcd store.
+	Etcd EtcdConfig
 	// Listen is the HTTPS address of the API.
 	Listen string
 	// TLSSANs are extra names and IPs for the serving certificate.
@@ -58,6 +67,24 @@ type Config struct {
 	Log    *slog.Logger
 }
 
+// Store kinds.
+const (
+	StoreBolt = "bbolt"
+	StoreEtcd = "etcd"
+)
+
+// EtcdConfig says how to reach etcd (--etcd-* flags).
+type EtcdConfig struct {
+	// Endpoints are the client URLs of the etcd members.
+	Endpoints []string
+	// CAFile verifies etcd's serving certificates; CertFile and KeyFile
+	// are the hub's client certificate, when etcd asks for one.
+	CAFile, CertFile, KeyFile string
+	// Prefix is the key prefix; etcdstore.DefaultPrefix when empty. Hubs
+	// that serve one fleet use the same prefix.
+	Prefix string
+}
+
 // Loop is a long-running part that works through the hub's own API.
 type Loop struct {
 	Name string
@@ -68,7 +95,7 @@ type Loop struct {
 type Hub struct {
 	cfg      Config
 	log      *slog.Logger
-	store    *boltstore.Store
+	store    store.Store
 	pki      *pki.PKI
 	api      *apiserver.Server
 	listener net.Listener
@@ -93,9 +120,9 @@ func New(cfg Config) (*Hub, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	st, err := boltstore.Open(filepath.Join(cfg.DataDir, "state.db"), boltstore.Options{Registerer: reg, Logger: cfg.Log})
+	st, err := openStore(cfg, reg)
 	if err != nil {
-		return nil, fmt.Errorf("opening the store: %w", err)
+		return nil, err
 	}
 	p, err := pki.LoadOrCreate(filepath.Join(cfg.DataDir, "pki"), pki.Options{SANs: cfg.TLSSANs, Logger: cfg.Log})
 	if err != nil {
@@ -168,9 +195,70 @@ func New(cfg Config) (*Hub, error) {
 	return h, nil
 }
 
+// openStore opens the configured store.
+func openStore(cfg Config, reg prometheus.Registerer) (store.Store, error) {
+	switch cfg.Store {
+	case "", StoreBolt:
+		st, err := boltstore.Open(filepath.Join(cfg.DataDir, "state.db"), boltstore.Options{Registerer: reg, Logger: cfg.Log})
+		if err != nil {
+			return nil, fmt.Errorf("opening the store: %w", err)
+		}
+		return st, nil
+	case StoreEtcd:
+		tlsCfg, err := cfg.Etcd.tls()
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		st, err := etcdstore.New(ctx, etcdstore.Config{Endpoints: cfg.Etcd.Endpoints, TLS: tlsCfg, Prefix: cfg.Etcd.Prefix})
+		if err != nil {
+			return nil, fmt.Errorf("opening the store: %w", err)
+		}
+		return st, nil
+	}
+	return nil, fmt.Errorf("hub: --store %q: want %s (the default, DATA_DIR/state.db) or %s (with --etcd-endpoints)", cfg.Store, StoreBolt, StoreEtcd)
+}
+
+// tls builds the etcd client's TLS settings from the files; nil when no
+// file is given (plain HTTP, or https:// endpoints with the system roots).
+func (e EtcdConfig) tls() (*tls.Config, error) {
+	if e.CAFile == "" && e.CertFile == "" && e.KeyFile == "" {
+		for _, ep := range e.Endpoints {
+			if strings.HasPrefix(ep, "https://") {
+				return &tls.Config{MinVersion: tls.VersionTLS12}, nil
+			}
+		}
+		return nil, nil
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if e.CAFile != "" {
+		pem, err := os.ReadFile(e.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("hub: --etcd-cafile: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("hub: --etcd-cafile %s holds no PEM certificate", e.CAFile)
+		}
+		c.RootCAs = pool
+	}
+	if (e.CertFile == "") != (e.KeyFile == "") {
+		return nil, errors.New("hub: --etcd-certfile and --etcd-keyfile go together: give both, or neither")
+	}
+	if e.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(e.CertFile, e.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("hub: --etcd-certfile/--etcd-keyfile: %w", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
 // openSecurity wraps the store so Secrets are encrypted at rest (key in
 // DATA_DIR/pki/secrets.key) and opens the audit log.
-func openSecurity(cfg Config, st *boltstore.Store) (*secrets.Store, *audit.Log, error) {
+func openSecurity(cfg Config, st store.Store) (*secrets.Store, *audit.Log, error) {
 	key, err := secrets.LoadOrCreateKey(filepath.Join(cfg.DataDir, "pki", secrets.KeyFile))
 	if err != nil {
 		return nil, nil, err

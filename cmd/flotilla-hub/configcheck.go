@@ -10,10 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"flotilla.dev/flotilla/api/image"
+	"flotilla.dev/flotilla/hub"
 	"flotilla.dev/flotilla/hub/pki"
 	"flotilla.dev/flotilla/internal/config"
 	"flotilla.dev/flotilla/internal/configcheck"
@@ -89,6 +91,46 @@ func validateConfig(serve *cobra.Command, file string) error {
 	}
 	if err := checkSANs(v.GetStringSlice("tls-san")); err != nil {
 		errs = append(errs, fmt.Errorf("--tls-san: %w", err))
+	}
+	errs = append(errs, checkStore(v.GetString("store"), etcdFromFlags(v)))
+	return errors.Join(errs...)
+}
+
+// checkStore checks the store settings as far as can be done without
+// connecting to etcd.
+func checkStore(kind string, e hub.EtcdConfig) error {
+	switch kind {
+	case "", hub.StoreBolt:
+		if len(e.Endpoints) > 0 {
+			return fmt.Errorf("--etcd-endpoints is set but --store is %q: set --store etcd to use etcd", kind)
+		}
+		return nil
+	case hub.StoreEtcd:
+	default:
+		return fmt.Errorf("--store %q: want %s or %s", kind, hub.StoreBolt, hub.StoreEtcd)
+	}
+	var errs []error
+	if len(e.Endpoints) == 0 {
+		errs = append(errs, errors.New("--store etcd needs --etcd-endpoints (the etcd members' client URLs)"))
+	}
+	for _, ep := range e.Endpoints {
+		if u, err := url.Parse(ep); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--etcd-endpoints: %q is not http(s)://HOST:PORT", ep))
+		}
+	}
+	for flag, file := range map[string]string{"--etcd-cafile": e.CAFile, "--etcd-certfile": e.CertFile, "--etcd-keyfile": e.KeyFile} {
+		if file == "" {
+			continue
+		}
+		if _, err := os.Stat(file); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", flag, err))
+		}
+	}
+	if (e.CertFile == "") != (e.KeyFile == "") {
+		errs = append(errs, errors.New("--etcd-certfile and --etcd-keyfile go together: give both, or neither"))
+	}
+	if e.Prefix != "" && (!strings.HasPrefix(e.Prefix, "/") || strings.HasSuffix(e.Prefix, "/")) {
+		errs = append(errs, fmt.Errorf("--etcd-prefix %q must start with / and not end with one", e.Prefix))
 	}
 	return errors.Join(errs...)
 }

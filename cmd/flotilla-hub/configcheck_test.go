@@ -64,6 +64,12 @@ func TestConfigCheckRefuses(t *testing.T) {
 		"bad tag pattern": {"allow-tags: [\"\"]\n", []string{":1: allow-tags:"}},
 		"bad source": {"source-url: https://git.example/fleet.git\nsource-name: nonamespace\nsource-interval: 100ms\n",
 			[]string{`:2: source-name: "nonamespace": want namespace/name`}},
+		"bad store": {"store: sqlite\n", []string{`:1: store: "sqlite": want bbolt or etcd`}},
+		"etcd without endpoints": {"store: etcd\netcd-certfile: /nonexistent/hub.pem\n",
+			[]string{"store: etcd needs --etcd-endpoints", "etcd-certfile: stat /nonexistent/hub.pem", "go together"}},
+		"etcd bad endpoint": {"store: etcd\netcd-endpoints: [10.0.0.1:2379]\netcd-prefix: flotilla/\n",
+			[]string{`"10.0.0.1:2379" is not http(s)://HOST:PORT`, `etcd-prefix: "flotilla/" must start with /`}},
+		"endpoints without etcd": {"etcd-endpoints: [http://10.0.0.1:2379]\n", []string{`--store is "bbolt": set --store etcd`}},
 		"short interval": {"source-url: https://git.example/fleet.git\nsource-interval: 100ms\n",
 			[]string{"the source given with --source-*: spec.interval", "must be at least 1s"}},
 	} {

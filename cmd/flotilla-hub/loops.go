@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"flotilla.dev/flotilla/api"
@@ -20,8 +21,13 @@ import (
 	"flotilla.dev/flotilla/api/validation"
 	"flotilla.dev/flotilla/gitops/controller"
 	"flotilla.dev/flotilla/hub"
+	"flotilla.dev/flotilla/hub/controllers/controllerutil"
 	"flotilla.dev/flotilla/hub/controllers/manager"
 )
+
+// GitOpsLeaseName is the Lease (in flotilla-system) the hub that polls
+// the GitSources holds, when several hubs share an etcd.
+const GitOpsLeaseName = "flotilla-gitops"
 
 // loops lists what runs inside the hub against its own API, and the
 // unauthenticated handlers they serve on the hub's listener.
@@ -32,12 +38,22 @@ func loops(v *viper.Viper, log *slog.Logger) ([]hub.Loop, map[string]http.Handle
 	}
 	hooks := controller.NewHooks()
 	dataDir := v.GetString("data-dir")
+	// Hubs sharing an etcd run the loops on one of them at a time, under
+	// a Lease each; a lone hub on bbolt needs no election (and does not
+	// wait out a dead predecessor's lease after a crash).
+	elect := v.GetString("store") == hub.StoreEtcd
 	return []hub.Loop{
 			{Name: "controller manager", Run: func(ctx context.Context, cfg *rest.Config) error {
-				return manager.Run(ctx, cfg, manager.Options{})
+				return manager.Run(ctx, cfg, manager.Options{LeaderElection: controllerutil.LeaderElection{Enabled: elect, LeaseName: manager.LeaseName}})
 			}},
 			{Name: "gitops", Run: func(ctx context.Context, cfg *rest.Config) error {
-				return controller.New(controller.Config{DataDir: dataDir, Sources: sources, Hooks: hooks, Log: log}).Run(ctx, cfg)
+				client, err := kubernetes.NewForConfig(cfg)
+				if err != nil {
+					return err
+				}
+				return controllerutil.RunElected(ctx, client, controllerutil.LeaderElection{Enabled: elect, LeaseName: GitOpsLeaseName}, func(ctx context.Context) error {
+					return controller.New(controller.Config{DataDir: dataDir, Sources: sources, Hooks: hooks, Log: log}).Run(ctx, cfg)
+				})
 			}},
 		}, map[string]http.Handler{
 			controller.HooksPath: hooks,

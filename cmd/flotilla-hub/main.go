@@ -9,9 +9,11 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
 
 	"flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/hub"
+	"flotilla.dev/flotilla/hub/store/etcdstore"
 	"flotilla.dev/flotilla/internal/config"
 	"flotilla.dev/flotilla/internal/version"
 )
@@ -69,6 +71,8 @@ func newServe() *cobra.Command {
 			}
 			h, err := hub.New(hub.Config{
 				DataDir:        v.GetString("data-dir"),
+				Store:          v.GetString("store"),
+				Etcd:           etcdFromFlags(v),
 				Listen:         v.GetString("listen"),
 				TLSSANs:        v.GetStringSlice("tls-san"),
 				AllowTagImages: v.GetBool("allow-tag-images"),
@@ -95,8 +99,24 @@ func newServe() *cobra.Command {
 	f.Bool("allow-tag-images", false, "admit images referenced by tag instead of digest (not recommended)")
 	f.StringSlice("allow-tags", nil, "repositories (globs: registry.local:5000/dev/*) whose images may be referenced by tag; every other image must be pinned by digest")
 	f.String("log-level", "info", "debug, info, warn or error")
+	f.String("store", hub.StoreBolt, "where objects are kept: bbolt (DATA_DIR/state.db, one hub) or etcd (--etcd-endpoints)")
+	f.StringSlice("etcd-endpoints", nil, "client URLs of the etcd members (with --store etcd): https://10.0.0.1:2379,...")
+	f.String("etcd-cafile", "", "CA bundle that verifies etcd's serving certificates")
+	f.String("etcd-certfile", "", "the hub's client certificate for etcd (with --etcd-keyfile)")
+	f.String("etcd-keyfile", "", "the key of --etcd-certfile")
+	f.String("etcd-prefix", etcdstore.DefaultPrefix, "the etcd key prefix; hubs of one fleet use the same one")
 	addSourceFlags(f)
 	return cmd
+}
+
+func etcdFromFlags(v *viper.Viper) hub.EtcdConfig {
+	return hub.EtcdConfig{
+		Endpoints: v.GetStringSlice("etcd-endpoints"),
+		CAFile:    v.GetString("etcd-cafile"),
+		CertFile:  v.GetString("etcd-certfile"),
+		KeyFile:   v.GetString("etcd-keyfile"),
+		Prefix:    v.GetString("etcd-prefix"),
+	}
 }
 
 func newLogger(level string) *slog.Logger {

@@ -47,6 +47,10 @@ type Options struct {
 	Images image.Policy
 	// Listen is the API's address; a free loopback port when empty.
 	Listen string
+	// Store and Etcd choose the store (bbolt in DataDir by default); see
+	// hub/store/etcdstore/etcdtest for an etcd to use.
+	Store string
+	Etcd  hub.EtcdConfig
 	// Log receives the hub's logs; discarded unless FLOTILLA_TEST_LOG is set.
 	Log *slog.Logger
 }
@@ -73,7 +77,7 @@ func Start(t testing.TB, opts ...Options) *Hub {
 	}
 	h, err := hub.New(hub.Config{
 		DataDir: o.DataDir, Listen: o.Listen, RunLoops: len(o.Loops) > 0, Loops: o.Loops,
-		AllowTagImages: o.AllowTagImages, Images: o.Images, Log: o.Log,
+		AllowTagImages: o.AllowTagImages, Images: o.Images, Log: o.Log, Store: o.Store, Etcd: o.Etcd,
 	})
 	if err != nil {
 		t.Fatalf("starting a hub: %v", err)

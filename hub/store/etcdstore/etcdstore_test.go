@@ -3,52 +3,18 @@ package etcdstore
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
-
 	"flotilla.dev/flotilla/hub/store"
+	"flotilla.dev/flotilla/hub/store/etcdstore/etcdtest"
 	"flotilla.dev/flotilla/hub/store/storetest"
 )
 
-// startEtcd runs a one-member etcd in the test's temp dir on free
-// loopback ports until the test ends, and returns its client URL.
 func startEtcd(t testing.TB, dir string) string {
 	t.Helper()
-	cfg := embed.NewConfig()
-	cfg.Dir = dir
-	// Its shutdown logs errors about closed listeners; nothing to see.
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	port := func() url.URL {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		return url.URL{Scheme: "http", Host: ln.Addr().String()}
-	}
-	client, peer := port(), port()
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
-	cfg.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, peer.String())
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatalf("embedded etcd: %v", err)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		e.Close()
-		t.Fatal("embedded etcd not ready within 30s")
-	}
-	t.Cleanup(e.Close)
-	return client.String()
+	return etcdtest.Start(t, dir).URL
 }
 
 func open(t testing.TB, endpoint string) *Store {
