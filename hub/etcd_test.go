@@ -2,9 +2,11 @@ package hub_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -102,5 +104,94 @@ func TestTwoHubsOnEtcd(t *testing.T) {
 	}
 	if !sawSecret {
 		t.Fatalf("no Secret key under /flotilla/ in etcd (%d keys)", len(resp.Kvs))
+	}
+}
+
+// TestServiceAddressesAcrossHubs creates Services through two hubs on one
+// etcd at once: both hubs start from the same view, yet no ClusterIP or
+// NodePort is handed out twice, because each is reserved in the store.
+// A third hub's start repairs the reservations: it frees one no Service
+// holds (a hub died between reserving and writing) and restores one a
+// Service holds.
+func TestServiceAddressesAcrossHubs(t *testing.T) {
+	etcd := etcdtest.Start(t, t.TempDir())
+	cfg := hubtest.Options{Store: hub.StoreEtcd, Etcd: hub.EtcdConfig{Endpoints: []string{etcd.URL}}}
+	a := hubtest.Start(t, cfg)
+	cfg.DataDir = t.TempDir()
+	if err := os.CopyFS(filepath.Join(cfg.DataDir, "pki"), os.DirFS(filepath.Join(a.DataDir, "pki"))); err != nil {
+		t.Fatal(err)
+	}
+	b := hubtest.Start(t, cfg)
+	ctx := context.Background()
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ips, ports := map[string]string{}, map[int32]string{}
+	for i := range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h := a
+			if i%2 == 1 {
+				h = b
+			}
+			name := fmt.Sprintf("svc-%d", i)
+			s, err := h.Client.CoreV1().Services("default").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": name}, Ports: []corev1.ServicePort{{Port: 80}}}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Errorf("create %s: %v", name, err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if other, dup := ips[s.Spec.ClusterIP]; dup {
+				t.Errorf("%s and %s both got ClusterIP %s", other, name, s.Spec.ClusterIP)
+			}
+			ips[s.Spec.ClusterIP] = name
+			np := s.Spec.Ports[0].NodePort
+			if other, dup := ports[np]; dup {
+				t.Errorf("%s and %s both got NodePort %d", other, name, np)
+			}
+			ports[np] = name
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+
+	raw, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.URL}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	const res = "/flotilla/flotilla.dev/allocations/"
+	resp, err := raw.Get(ctx, res, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := len(ips) + len(ports); len(resp.Kvs) < want {
+		t.Fatalf("%d reservations in etcd, want at least %d (one per ClusterIP and NodePort)", len(resp.Kvs), want)
+	}
+	s0, err := a.Client.CoreV1().Services("default").Get(ctx, "svc-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Delete(ctx, res+"serviceips/"+s0.Spec.ClusterIP); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Put(ctx, res+"serviceips/10.43.250.250", "gone/svc 2020-01-01T00:00:00Z"); err != nil {
+		t.Fatal(err)
+	}
+	cfg.DataDir = t.TempDir()
+	if err := os.CopyFS(filepath.Join(cfg.DataDir, "pki"), os.DirFS(filepath.Join(a.DataDir, "pki"))); err != nil {
+		t.Fatal(err)
+	}
+	hubtest.Start(t, cfg)
+	if got, err := raw.Get(ctx, res+"serviceips/10.43.250.250"); err != nil || len(got.Kvs) != 0 {
+		t.Errorf("a reservation no Service holds survived a hub's start: %v %v", got, err)
+	}
+	if got, err := raw.Get(ctx, res+"serviceips/"+s0.Spec.ClusterIP); err != nil || len(got.Kvs) != 1 || !strings.HasPrefix(string(got.Kvs[0].Value), "default/svc-0 ") {
+		t.Errorf("the reservation of svc-0's ClusterIP was not restored: %v %v", got, err)
 	}
 }

@@ -1,12 +1,14 @@
 package apiserver
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"net"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -14,10 +16,13 @@ import (
 )
 
 // serviceAllocator hands out ClusterIPs and NodePorts. Its state is derived
-// from the stored Services when the hub starts, so nothing is handed out
-// twice across restarts; in between, every allocation happens here under
-// one lock, before the Service is written.
+// from the stored Services when the hub starts; in between, every
+// allocation happens here under one lock, before the Service is written.
+// Each address handed out is also reserved in the store (a key created
+// only if absent), so hubs that share a store (etcd) never hand out one
+// address twice: a candidate another hub reserved is skipped, and learnt.
 type serviceAllocator struct {
+	reserve  *reservations
 	mu       sync.Mutex
 	base     uint32
 	size     uint32
@@ -50,24 +55,31 @@ func newServiceAllocator(cidr string, portBase, portSize int) (*serviceAllocator
 	}, nil
 }
 
-func (a *serviceAllocator) rebuild(c *watchCache) {
+// rebuild learns what the stored Services hold and repairs the store's
+// reservations to match.
+func (a *serviceAllocator) rebuild(ctx context.Context, c *watchCache) error {
 	svcRes, _ := api.ResourceForKind(corev1.SchemeGroupVersion.WithKind("Service"))
 	objs, _ := c.list(svcRes, &filter{})
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	held := map[string]map[string]string{kindServiceIP: {}, kindNodePort: {}}
 	for _, co := range objs {
 		svc := co.obj.(*corev1.Service)
+		holder := svc.Namespace + "/" + svc.Name
 		for _, ip := range clusterIPs(svc) {
 			if off, ok := a.offset(ip); ok {
 				a.ips[off] = true
+				held[kindServiceIP][ip] = holder
 			}
 		}
 		for _, p := range svc.Spec.Ports {
 			if p.NodePort != 0 {
 				a.ports[p.NodePort] = true
+				held[kindNodePort][fmt.Sprint(p.NodePort)] = holder
 			}
 		}
 	}
+	return a.reserve.repair(ctx, held)
 }
 
 func clusterIPs(svc *corev1.Service) []string {
@@ -109,7 +121,7 @@ func wantsNodePorts(svc *corev1.Service) bool {
 
 // allocate gives svc what it lacks (or checks what it asks for) and
 // returns what it took, to be released if the write does not happen.
-func (a *serviceAllocator) allocate(svc *corev1.Service, old *corev1.Service) (takenIPs []uint32, takenPorts []int32, errs field.ErrorList) {
+func (a *serviceAllocator) allocate(ctx context.Context, svc *corev1.Service, old *corev1.Service, dryRun bool) (takenIPs []uint32, takenPorts []int32, errs field.ErrorList, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	undo := func() {
@@ -119,6 +131,26 @@ func (a *serviceAllocator) allocate(svc *corev1.Service, old *corev1.Service) (t
 		for _, p := range takenPorts {
 			delete(a.ports, p)
 		}
+		if !dryRun {
+			a.reserve.freeAll(ctx, a.ipStrings(takenIPs), takenPorts)
+		}
+	}
+	holder := svc.Namespace + "/" + svc.Name
+	// takeIP and takePort reserve in the store (not for a dry run); false
+	// means another hub holds it, which this one now knows too.
+	takeIP := func(off uint32) (bool, error) {
+		a.ips[off] = true
+		if dryRun {
+			return true, nil
+		}
+		return a.reserve.take(ctx, kindServiceIP, a.ipString(off), holder)
+	}
+	takePort := func(p int32) (bool, error) {
+		a.ports[p] = true
+		if dryRun {
+			return true, nil
+		}
+		return a.reserve.take(ctx, kindNodePort, fmt.Sprint(p), holder)
 	}
 	specPath := field.NewPath("spec")
 	if wantsClusterIP(svc) && (old == nil || len(clusterIPs(old)) == 0 || clusterIPs(old)[0] == corev1.ClusterIPNone) {
@@ -131,17 +163,34 @@ func (a *serviceAllocator) allocate(svc *corev1.Service, old *corev1.Service) (t
 			case a.ips[off] || off == 0 || off == a.size-1:
 				errs = append(errs, field.Invalid(specPath.Child("clusterIP"), svc.Spec.ClusterIP, "provided IP is already allocated"))
 			default:
-				a.ips[off] = true
-				takenIPs = append(takenIPs, off)
+				got, err := takeIP(off)
+				if err != nil {
+					undo()
+					return nil, nil, nil, err
+				}
+				if got {
+					takenIPs = append(takenIPs, off)
+				} else {
+					errs = append(errs, field.Invalid(specPath.Child("clusterIP"), svc.Spec.ClusterIP, "provided IP is already allocated"))
+				}
 			}
 		} else {
-			off, ok := a.nextFreeIP()
-			if !ok {
-				errs = append(errs, field.Invalid(specPath.Child("clusterIP"), "", "no more service IPs are free in the service range"))
-			} else {
-				a.ips[off] = true
-				takenIPs = append(takenIPs, off)
-				svc.Spec.ClusterIP = a.ipString(off)
+			for {
+				off, ok := a.nextFreeIP()
+				if !ok {
+					errs = append(errs, field.Invalid(specPath.Child("clusterIP"), "", "no more service IPs are free in the service range"))
+					break
+				}
+				got, err := takeIP(off)
+				if err != nil {
+					undo()
+					return nil, nil, nil, err
+				}
+				if got {
+					takenIPs = append(takenIPs, off)
+					svc.Spec.ClusterIP = a.ipString(off)
+					break
+				}
 			}
 		}
 		if len(errs) == 0 {
@@ -168,18 +217,35 @@ func (a *serviceAllocator) allocate(svc *corev1.Service, old *corev1.Service) (t
 				} else if a.ports[p.NodePort] {
 					errs = append(errs, field.Invalid(path, p.NodePort, "provided port is already allocated"))
 				} else {
-					a.ports[p.NodePort] = true
-					takenPorts = append(takenPorts, p.NodePort)
+					got, err := takePort(p.NodePort)
+					if err != nil {
+						undo()
+						return nil, nil, nil, err
+					}
+					if got {
+						takenPorts = append(takenPorts, p.NodePort)
+					} else {
+						errs = append(errs, field.Invalid(path, p.NodePort, "provided port is already allocated"))
+					}
 				}
 			default:
-				port, ok := a.nextFreePort()
-				if !ok {
-					errs = append(errs, field.Invalid(path, 0, "no more node ports are free"))
-					continue
+				for {
+					port, ok := a.nextFreePort()
+					if !ok {
+						errs = append(errs, field.Invalid(path, 0, "no more node ports are free"))
+						break
+					}
+					got, err := takePort(port)
+					if err != nil {
+						undo()
+						return nil, nil, nil, err
+					}
+					if got {
+						takenPorts = append(takenPorts, port)
+						p.NodePort = port
+						break
+					}
 				}
-				a.ports[port] = true
-				takenPorts = append(takenPorts, port)
-				p.NodePort = port
 			}
 		}
 	} else {
@@ -189,9 +255,29 @@ func (a *serviceAllocator) allocate(svc *corev1.Service, old *corev1.Service) (t
 	}
 	if len(errs) > 0 {
 		undo()
-		return nil, nil, errs
+		return nil, nil, errs, nil
 	}
-	return takenIPs, takenPorts, nil
+	return takenIPs, takenPorts, nil, nil
+}
+
+// forget drops from memory what a dry run took (it reserved nothing).
+func (a *serviceAllocator) forget(ips []uint32, ports []int32) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, o := range ips {
+		delete(a.ips, o)
+	}
+	for _, p := range ports {
+		delete(a.ports, p)
+	}
+}
+
+func (a *serviceAllocator) ipStrings(offs []uint32) []string {
+	out := make([]string, len(offs))
+	for i, o := range offs {
+		out[i] = a.ipString(o)
+	}
+	return out
 }
 
 func maskLen(size uint32) string {
@@ -228,7 +314,7 @@ func (a *serviceAllocator) nextFreePort() (int32, bool) {
 	return 0, false
 }
 
-func (a *serviceAllocator) release(ips []uint32, ports []int32) {
+func (a *serviceAllocator) release(ctx context.Context, ips []uint32, ports []int32) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, o := range ips {
@@ -237,10 +323,11 @@ func (a *serviceAllocator) release(ips []uint32, ports []int32) {
 	for _, p := range ports {
 		delete(a.ports, p)
 	}
+	a.reserve.freeAll(ctx, a.ipStrings(ips), ports)
 }
 
 // releaseService frees what a deleted Service held.
-func (a *serviceAllocator) releaseService(svc *corev1.Service) {
+func (a *serviceAllocator) releaseService(ctx context.Context, svc *corev1.Service) {
 	var ips []uint32
 	for _, ip := range clusterIPs(svc) {
 		if off, ok := a.offset(ip); ok {
@@ -253,37 +340,51 @@ func (a *serviceAllocator) releaseService(svc *corev1.Service) {
 			ports = append(ports, p.NodePort)
 		}
 	}
-	a.release(ips, ports)
+	a.release(ctx, ips, ports)
 }
 
 // Admission hooks around the store writes.
 
-func (s *Server) admitCreate(res *api.Resource, obj runtime.Object, dryRun bool) (release func(), err error) {
+func (s *Server) admitCreate(ctx context.Context, res *api.Resource, obj runtime.Object, dryRun bool) (release func(), err error) {
 	svc, ok := obj.(*corev1.Service)
 	if !ok {
 		return func() {}, nil
 	}
-	ips, ports, errs := s.alloc.allocate(svc, nil)
+	ips, ports, errs, err := s.alloc.allocate(ctx, svc, nil, dryRun)
+	if err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("reserving the Service's addresses: %w", err))
+	}
 	if len(errs) > 0 {
 		return nil, invalid(res, svc.Name, errs)
 	}
-	return func() { s.alloc.release(ips, ports) }, nil
+	if dryRun {
+		return func() { s.alloc.forget(ips, ports) }, nil
+	}
+	return func() { s.alloc.release(context.WithoutCancel(ctx), ips, ports) }, nil
 }
 
 // admitUpdate returns a function to call with whether the write happened.
-func (s *Server) admitUpdate(res *api.Resource, obj, old runtime.Object, dryRun bool) (func(committed bool), error) {
+func (s *Server) admitUpdate(ctx context.Context, res *api.Resource, obj, old runtime.Object, dryRun bool) (func(committed bool), error) {
 	svc, ok := obj.(*corev1.Service)
 	if !ok {
 		return func(bool) {}, nil
 	}
 	oldSvc := old.(*corev1.Service)
-	ips, ports, errs := s.alloc.allocate(svc, oldSvc)
+	ips, ports, errs, err := s.alloc.allocate(ctx, svc, oldSvc, dryRun)
+	if err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("reserving the Service's addresses: %w", err))
+	}
 	if len(errs) > 0 {
 		return nil, invalid(res, svc.Name, errs)
 	}
+	ctx = context.WithoutCancel(ctx)
 	return func(committed bool) {
+		if dryRun {
+			s.alloc.forget(ips, ports)
+			return
+		}
 		if !committed {
-			s.alloc.release(ips, ports)
+			s.alloc.release(ctx, ips, ports)
 			return
 		}
 		// Free node ports the update dropped.
@@ -297,12 +398,12 @@ func (s *Server) admitUpdate(res *api.Resource, obj, old runtime.Object, dryRun 
 				freed = append(freed, p.NodePort)
 			}
 		}
-		s.alloc.release(nil, freed)
+		s.alloc.release(ctx, nil, freed)
 	}, nil
 }
 
-func (s *Server) admitDelete(res *api.Resource, obj runtime.Object) {
+func (s *Server) admitDelete(ctx context.Context, res *api.Resource, obj runtime.Object) {
 	if svc, ok := obj.(*corev1.Service); ok {
-		s.alloc.releaseService(svc)
+		s.alloc.releaseService(context.WithoutCancel(ctx), svc)
 	}
 }

@@ -106,6 +106,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	alloc.reserve = &reservations{st: cfg.Store, now: cfg.Now, log: cfg.Log}
 	s.alloc = alloc
 	return s, nil
 }
@@ -122,7 +123,9 @@ func (s *Server) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
-	s.alloc.rebuild(s.cache)
+	if err := s.alloc.rebuild(ctx, s.cache); err != nil {
+		return fmt.Errorf("service addresses: %w", err)
+	}
 	if err := s.bootstrap(ctx); err != nil {
 		return err
 	}

@@ -73,7 +73,7 @@ func (s *Server) create(ctx context.Context, res *api.Resource, obj runtime.Obje
 	if err := s.admit(ctx, obj, nil); err != nil {
 		return nil, nil, err
 	}
-	release, err := s.admitCreate(res, obj, dryRun)
+	release, err := s.admitCreate(ctx, res, obj, dryRun)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -223,7 +223,7 @@ func (s *Server) update(ctx context.Context, res *api.Resource, ns, name, subres
 		if len(data) > api.MaxObjectSize {
 			return nil, nil, false, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("the %s is %d bytes; objects are limited to %d bytes", res.Kind, len(data), api.MaxObjectSize))
 		}
-		release, err := s.admitUpdate(res, obj, cur, dryRun)
+		release, err := s.admitUpdate(ctx, res, obj, cur, dryRun)
 		if err != nil {
 			return nil, nil, false, err
 		}
@@ -477,7 +477,7 @@ func (s *Server) finishDelete(ctx context.Context, res *api.Resource, ns, name s
 	if err != nil {
 		return nil, nil, apierrors.NewInternalError(err)
 	}
-	s.admitDelete(res, obj)
+	s.admitDelete(ctx, res, obj)
 	m, _ := meta.Accessor(obj)
 	m.SetResourceVersion(strconv.FormatInt(drev, 10))
 	return obj, mustEncode(res, obj), nil
