@@ -6,18 +6,22 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"flotilla.dev/flotilla/agent/hubconn"
 	"flotilla.dev/flotilla/agent/join"
 )
 
 // KubeconfigCredentials reads the hub client config from a kubeconfig
-// file; hubURL, when set, replaces the server it names (--hub).
-func KubeconfigCredentials(path, hubURL string) Credentials {
+// file; hubURLs, when given, replace the server it names (--hub): with
+// several, the agent reaches whichever of them answers (hubconn).
+func KubeconfigCredentials(path string, hubURLs ...string) Credentials {
+	hubs := nonEmpty(hubURLs)
 	return func(context.Context) (*rest.Config, error) {
 		if path == "" {
 			return nil, fmt.Errorf("%w: no kubeconfig given (--kubeconfig)", ErrConfig)
@@ -28,9 +32,16 @@ func KubeconfigCredentials(path, hubURL string) Credentials {
 			}
 			return nil, fmt.Errorf("reading the kubeconfig: %w", err)
 		}
-		cfg, err := clientcmd.BuildConfigFromFlags(hubURL, path)
+		first := ""
+		if len(hubs) > 0 {
+			first = hubs[0]
+		}
+		cfg, err := clientcmd.BuildConfigFromFlags(first, path)
 		if err != nil {
 			return nil, fmt.Errorf("%w: the kubeconfig %s: %v", ErrConfig, path, err)
+		}
+		if _, err := hubconn.Apply(cfg, hubs, nil); err != nil {
+			return nil, fmt.Errorf("%w: --hub: %v", ErrConfig, err)
 		}
 		// A device talks to its hub in short, frequent requests; the
 		// default 5 QPS would queue a burst of pod status writes.
@@ -47,30 +58,41 @@ func KubeconfigCredentials(path, hubURL string) Credentials {
 // long as ctx lives. A hub that cannot be reached at the first join is
 // retried; a refusal (bad, expired or used-up token, a name joined with
 // another key, a CA that does not match the pinned hash) is final.
+//
+// cfg.Hub may name several hubs, comma-separated (hubs sharing an etcd):
+// the device joins through the first that answers, renews through any,
+// and its client reaches whichever answers (hubconn).
 func JoinCredentials(cfg join.Config) Credentials {
 	return func(ctx context.Context) (*rest.Config, error) {
-		if cfg.Hub == "" {
+		hubs, err := hubconn.ParseURLs(cfg.Hub)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --hub: %v", ErrConfig, err)
+		}
+		if len(hubs) == 0 {
 			return nil, fmt.Errorf("%w: no hub URL (--hub)", ErrConfig)
 		}
 		backoff := time.Second
 		for {
-			id, err := join.Join(ctx, cfg)
+			id, err := joinAny(ctx, cfg, hubs)
 			if err == nil {
 				go func() {
-					if err := id.Run(ctx, cfg.Hub); err != nil && cfg.Log != nil {
+					if err := id.Run(ctx, hubs...); err != nil && cfg.Log != nil {
 						cfg.Log.Error("certificate renewal stopped", "err", err)
 					}
 				}()
 				// Files rather than the identity's own transport: client-go
 				// reloads a rotated certificate file by itself, and the CA
 				// stays visible to the agent, which trusts only the hub.
-				return &rest.Config{
-					Host: cfg.Hub,
+				rc := &rest.Config{
 					TLSClientConfig: rest.TLSClientConfig{
 						CAData: id.CAPEM(), CertFile: id.CertFile(), KeyFile: id.CertFile(),
 					},
 					QPS: 50, Burst: 100, UserAgent: "flotilla-agent",
-				}, nil
+				}
+				if _, err := hubconn.Apply(rc, hubs, cfg.Log); err != nil {
+					return nil, fmt.Errorf("%w: --hub: %v", ErrConfig, err)
+				}
+				return rc, nil
 			}
 			var refused *join.RefusedError
 			if errors.As(err, &refused) || errors.Is(err, join.ErrCAHashMismatch) || !retryableJoinError(err) {
@@ -87,6 +109,32 @@ func JoinCredentials(cfg join.Config) Credentials {
 			backoff = min(2*backoff, time.Minute)
 		}
 	}
+}
+
+// joinAny joins (or loads the identity) through the first hub that can
+// be reached; a refusal from one hub is final, as every hub would answer
+// the same.
+func joinAny(ctx context.Context, cfg join.Config, hubs []string) (*join.Identity, error) {
+	var err error
+	for _, h := range hubs {
+		c := cfg
+		c.Hub = h
+		var id *join.Identity
+		if id, err = join.Join(ctx, c); err == nil || !retryableJoinError(err) {
+			return id, err
+		}
+	}
+	return nil, err
+}
+
+func nonEmpty(ss []string) []string {
+	var out []string
+	for _, s := range ss {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // retryableJoinError is true for failures to reach the hub, which a device

@@ -155,10 +155,14 @@ func (id *Identity) renewAt() time.Time {
 	return c.NotBefore.Add(time.Duration(float64(life) * renewShare))
 }
 
-// Run renews the certificate at 70% of its lifetime, talking to hubURL
-// with the current certificate, until ctx ends. A failed renewal is
-// retried with backoff; the current certificate stays in use meanwhile.
-func (id *Identity) Run(ctx context.Context, hubURL string) error {
+// Run renews the certificate at 70% of its lifetime, talking to the first
+// of hubURLs that answers with the current certificate, until ctx ends. A
+// failed renewal is retried with backoff; the current certificate stays
+// in use meanwhile.
+func (id *Identity) Run(ctx context.Context, hubURLs ...string) error {
+	if len(hubURLs) == 0 {
+		return errors.New("join: no hub URL to renew the certificate with")
+	}
 	backoff := 10 * time.Second
 	for {
 		wait := id.renewAt().Sub(id.now())
@@ -172,7 +176,12 @@ func (id *Identity) Run(ctx context.Context, hubURL string) error {
 			}
 			continue // re-read the clock: a timer can fire early relative to a test clock
 		}
-		err := id.Renew(ctx, hubURL)
+		var err error
+		for _, u := range hubURLs {
+			if err = id.Renew(ctx, u); err == nil || ctx.Err() != nil {
+				break
+			}
+		}
 		if err == nil {
 			backoff = 10 * time.Second
 			continue

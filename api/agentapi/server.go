@@ -14,6 +14,12 @@ import (
 // AgentPort for a Node that publishes none.
 const AgentPort = 10250
 
+// HubServerName is in every hub's serving certificate: an agent given
+// several hub URLs checks whichever hub it reaches against this name, so
+// that one fleet's hubs, whose certificates share the CA but not their
+// addresses, are interchangeable to it.
+const HubServerName = "flotilla-hub"
+
 // AnnotationServingCertHash on a Node carries the pin of its agent's
 // serving certificate (ServingCertHash). The agent's certificate is
 // self-signed; the hub accepts it by this pin alone (PinnedTLSConfig).

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/viper"
 
 	"flotilla.dev/flotilla/agent/agent"
+	"flotilla.dev/flotilla/agent/hubconn"
 	"flotilla.dev/flotilla/agent/join"
 	"flotilla.dev/flotilla/agent/node"
 	"flotilla.dev/flotilla/agent/server"
@@ -103,7 +104,7 @@ also be a map, and registries configures registry hosts:
 	}
 	f := cmd.Flags()
 	addDeviceFlags(f) // config, data-dir, containerd-*, cni-*, log-dir
-	f.String("hub", "", "URL of the hub's API (overrides the kubeconfig's server)")
+	f.String("hub", "", "URL of the hub's API (overrides the kubeconfig's server); several, comma-separated, for hubs sharing an etcd: the agent uses whichever answers")
 	f.String("token", "", "join token from 'flotilla-hub token create'")
 	f.String("ca-hash", "", "sha256:HASH of the hub's CA, pinned when joining with --token")
 	f.String("kubeconfig", "", "kubeconfig with the agent's credentials for the hub")
@@ -202,15 +203,20 @@ func agentConfig(v *viper.Viper) (agent.Config, error) {
 		Registries:          regs,
 	}
 	kubeconfig, token := v.GetString("kubeconfig"), v.GetString("token")
+	hub := v.GetString("hub")
+	hubs, err := hubconn.ParseURLs(hub)
+	if err != nil {
+		return cfg, fmt.Errorf("--hub: %w", err)
+	}
 	switch {
 	case kubeconfig != "":
-		cfg.Credentials = agent.KubeconfigCredentials(kubeconfig, v.GetString("hub"))
+		cfg.Credentials = agent.KubeconfigCredentials(kubeconfig, hubs...)
 	case token != "" || hasIdentity(cfg.DataDir):
 		cfg.Credentials = agent.JoinCredentials(join.Config{
-			Hub: v.GetString("hub"), Token: token, CAHash: v.GetString("ca-hash"),
+			Hub: hub, Token: token, CAHash: v.GetString("ca-hash"),
 			NodeName: cfg.NodeName, DataDir: cfg.DataDir, Log: slog.Default(),
 		})
-	case v.GetString("hub") == "":
+	case len(hubs) == 0:
 		// No hub at all: a standalone device runs its static pods.
 	default:
 		return cfg, errors.New("no hub credentials: join with --hub, --token and --ca-hash (from `flotilla-hub token create`), or give --kubeconfig")

@@ -154,7 +154,7 @@ func withDefaults(o Options) Options {
 // servingNames validates opts.SANs and returns the full, sorted and
 // de-duplicated set of names the serving certificate must carry.
 func servingNames(o Options) ([]string, []netip.Addr, error) {
-	dns := []string{"localhost"}
+	dns := []string{"localhost", agentapi.HubServerName}
 	ips := []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback()}
 	for _, s := range o.SANs {
 		s = strings.TrimSpace(s)

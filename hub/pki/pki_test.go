@@ -172,7 +172,8 @@ func TestServingSANs(t *testing.T) {
 	p := mustLoad(t, dir, o)
 	c := p.ServingCert()
 
-	wantDNS := []string{"*.fleet.example.com", "hub-test", "hub.example.com", "localhost"}
+	// flotilla-hub: the name every hub of a fleet answers to.
+	wantDNS := []string{"*.fleet.example.com", "flotilla-hub", "hub-test", "hub.example.com", "localhost"}
 	gotDNS := slices.Clone(c.DNSNames)
 	slices.Sort(gotDNS)
 	if !slices.Equal(gotDNS, wantDNS) {
