@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"flotilla.dev/flotilla/agent/runtime"
@@ -156,12 +157,17 @@ func prepull(t *testing.T, d *testDevice, cosign *trusttest.CLI, signed, next st
 	waitFor(t, "the kiosk running the signed image", 120*time.Second, running(signed), show)
 	old, _ := kiosk()
 
-	cur, err := dss.Get(bg, "kiosk", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur.Spec.Template.Spec.Containers[0].Image = next
-	if _, err := dss.Update(bg, cur, metav1.UpdateOptions{}); err != nil {
+	// The controller writes the DaemonSet's status meanwhile: read again
+	// on a conflict, as kubectl does.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := dss.Get(bg, "kiosk", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Spec.Template.Spec.Containers[0].Image = next
+		_, err = dss.Update(bg, cur, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	prepulled := func(status corev1.ConditionStatus, reason string) func() bool {
