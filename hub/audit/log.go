@@ -17,22 +17,49 @@ import (
 // FileName is the audit log's name inside the hub's data dir.
 const FileName = "audit.log"
 
-// Defaults for Options.
+// Defaults for Options. See doc.go for why these.
 const (
-	DefaultMaxSize    = 100 << 20
-	DefaultMaxBackups = 5
+	DefaultMaxSize      = 100 << 20
+	DefaultMaxBackups   = 5
+	DefaultMaxLineBytes = 4 << 10
+	DefaultRefusalRate  = 10
+	DefaultRefusalBurst = 100
+	DefaultMinHistory   = time.Hour
+	DefaultSyncInterval = time.Second
 	// flushDelay bounds how long an entry may sit in the buffer: entries
-	// are batched under load, and on disk within this delay when idle.
+	// are batched under load, and in the file within this delay when idle.
 	flushDelay = 200 * time.Millisecond
 )
 
-// Options configure Open.
+// Options configure Open. Zero values mean the defaults.
 type Options struct {
 	// MaxSize is the size in bytes past which the file is rotated.
 	MaxSize int64
 	// MaxBackups is how many rotated files are kept (audit.log.1 newest).
 	MaxBackups int
-	Logger     *slog.Logger
+	// MaxLineBytes bounds one entry's line, newline included. Each field
+	// has its own cap first (fieldCaps); an entry still longer has its
+	// fields cut further. Truncated entries say so ("truncated": true).
+	MaxLineBytes int
+	// RefusalRate and RefusalBurst bound how many refusals (401, 403, 429)
+	// are written: per authenticated user, and for all unauthenticated
+	// clients together, a token bucket of RefusalBurst refilled at
+	// RefusalRate per second. Refusals over it are counted, and the count
+	// is written as one entry ("dropped") when that client's refusals are
+	// written again. Negative RefusalRate: no limit.
+	RefusalRate  float64
+	RefusalBurst int
+	// MinHistory: a refusal never makes the log rotate away a file holding
+	// entries younger than this; it is counted as dropped instead (the
+	// file grows past MaxSize only with other entries). Negative: no guard.
+	MinHistory time.Duration
+	// SyncInterval bounds how long a written entry waits for fsync.
+	// Rotation and Close always fsync.
+	SyncInterval time.Duration
+	Logger       *slog.Logger
+	// Now is the clock of the refusal budget and of MinHistory; time.Now
+	// when nil.
+	Now func() time.Time
 }
 
 // Entry is one line of the audit log.
@@ -51,27 +78,49 @@ type Entry struct {
 	Path        string    `json:"path,omitempty"`
 	Code        int       `json:"code"`
 	Reason      string    `json:"reason,omitempty"`
+	// Truncated: a field was cut to keep the line within MaxLineBytes.
+	Truncated bool `json:"truncated,omitempty"`
+	// Dropped is set on the entry (Verb VerbDropped) that counts the
+	// refusals of User not written since DroppedSince.
+	Dropped      int64      `json:"dropped,omitempty"`
+	DroppedSince *time.Time `json:"droppedSince,omitempty"`
 }
 
 // Anonymous is the user recorded for unauthenticated requests.
 const Anonymous = "system:anonymous"
+
+// VerbDropped is the verb of the entry that counts dropped refusals.
+const VerbDropped = "dropped"
 
 // Log is an audit log file. It is safe for concurrent use.
 type Log struct {
 	path string
 	opts Options
 	log  *slog.Logger
+	now  func() time.Time
 
-	mu      sync.Mutex
-	f       *os.File
-	w       *bufio.Writer
-	size    int64
-	pending bool // a flush is scheduled
-	closed  bool
-	failed  bool // the last write failed (logged once until it works again)
+	mu       sync.Mutex
+	f        *os.File
+	w        *bufio.Writer
+	size     int64
+	unsynced bool // written since the last fsync
+	lastSync time.Time
+	closed   bool
+	failed   bool // the last write failed (logged once until it works again)
+	// budgets of refusals, by user (Anonymous for all unauthenticated).
+	budgets map[string]*budget
+	// protectedUntil caches the MinHistory guard: until then, rotating
+	// would drop a file with entries younger than MinHistory.
+	protectedUntil time.Time
+
+	stop chan struct{}
+	done chan struct{}
 }
 
 var _ apiserver.Auditor = (*Log)(nil)
+
+// syncFile is (*os.File).Sync; tests count the calls.
+var syncFile = (*os.File).Sync
 
 // Open opens (appending) or creates the log at path, mode 0600: it names
 // who did what, which is itself sensitive.
@@ -82,13 +131,34 @@ func Open(path string, opts Options) (*Log, error) {
 	if opts.MaxBackups <= 0 {
 		opts.MaxBackups = DefaultMaxBackups
 	}
+	if opts.MaxLineBytes <= 0 {
+		opts.MaxLineBytes = DefaultMaxLineBytes
+	}
+	opts.MaxLineBytes = max(opts.MaxLineBytes, minLineBytes)
+	if opts.RefusalRate == 0 {
+		opts.RefusalRate = DefaultRefusalRate
+	}
+	if opts.RefusalBurst <= 0 {
+		opts.RefusalBurst = DefaultRefusalBurst
+	}
+	if opts.MinHistory == 0 {
+		opts.MinHistory = DefaultMinHistory
+	}
+	if opts.SyncInterval <= 0 {
+		opts.SyncInterval = DefaultSyncInterval
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	l := &Log{path: path, opts: opts, log: opts.Logger.With("component", "audit")}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	l := &Log{path: path, opts: opts, log: opts.Logger.With("component", "audit"), now: opts.Now,
+		budgets: map[string]*budget{}, lastSync: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
 	if err := l.open(); err != nil {
 		return nil, err
 	}
+	go l.loop()
 	return l, nil
 }
 
@@ -120,40 +190,97 @@ func (l *Log) Audit(ev apiserver.AuditEvent) {
 	l.Write(e)
 }
 
+// IsRefusal says whether an answer's code is a refusal: 401, 403 or 429.
+func IsRefusal(code int) bool { return code == 401 || code == 403 || code == 429 }
+
 // Write appends one entry. Failures are logged, not returned: a request
 // that already happened cannot be undone because its record failed.
+// Refusals are subject to the refusal budget and to MinHistory.
 func (l *Log) Write(e Entry) {
 	if e.Time.IsZero() {
 		e.Time = time.Now().UTC()
 	}
-	line, err := json.Marshal(e)
+	key := e.User
+	if key == "" {
+		key = Anonymous
+	}
+	refusal := IsRefusal(e.Code)
+	line, err := l.encode(e)
 	if err != nil {
 		l.log.Error("encoding an audit entry", "err", err)
 		return
 	}
-	line = append(line, '\n')
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		l.log.Warn("audit entry after the log was closed", "entry", string(line))
 		return
 	}
+	if !refusal {
+		l.writeLocked(line, false)
+		return
+	}
+	now := l.now()
+	b := l.budgetLocked(key, now)
+	if !b.take(now, l.opts) {
+		b.drop(now, e.SourceIP, dropBudget)
+		return
+	}
+	if b.dropped > 0 && !l.writeSummaryLocked(key, b, now) {
+		b.tokens++ // the entry waits with the count: give its token back
+		b.drop(now, e.SourceIP, dropHistory)
+		return
+	}
+	if !l.writeLocked(line, true) {
+		b.drop(now, e.SourceIP, dropHistory)
+	}
+}
+
+// writeLocked appends line, rotating first when the file is full. A
+// refusal that would rotate away entries younger than MinHistory is not
+// written (false).
+func (l *Log) writeLocked(line []byte, refusal bool) bool {
 	if l.size > 0 && l.size+int64(len(line)) > l.opts.MaxSize {
+		if refusal && l.historyAtRiskLocked() {
+			return false
+		}
 		if err := l.rotate(); err != nil {
 			l.fail(err)
 		}
 	}
 	n, err := l.w.Write(line)
 	l.size += int64(n)
+	if n > 0 {
+		l.unsynced = true
+	}
 	if err != nil {
 		l.fail(err)
-		return
+		return true
 	}
 	l.failed = false
-	if !l.pending {
-		l.pending = true
-		time.AfterFunc(flushDelay, l.flushLater)
+	return true
+}
+
+// historyAtRiskLocked says whether rotating now would delete the oldest
+// backup while it holds entries younger than MinHistory (its modification
+// time is its last entry's).
+func (l *Log) historyAtRiskLocked() bool {
+	if l.opts.MinHistory < 0 {
+		return false
 	}
+	now := l.now()
+	if now.Before(l.protectedUntil) {
+		return true
+	}
+	st, err := os.Stat(l.backup(l.opts.MaxBackups))
+	if err != nil {
+		return false // no oldest backup yet: rotating drops nothing
+	}
+	if until := st.ModTime().Add(l.opts.MinHistory); now.Before(until) {
+		l.protectedUntil = until
+		return true
+	}
+	return false
 }
 
 func (l *Log) fail(err error) {
@@ -163,65 +290,143 @@ func (l *Log) fail(err error) {
 	l.failed = true
 }
 
-func (l *Log) flushLater() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.pending = false
-	if l.closed {
-		return
-	}
-	if err := l.w.Flush(); err != nil {
-		l.fail(err)
+// loop flushes the buffer within flushDelay, fsyncs within SyncInterval,
+// and writes the counts of dropped refusals once their budget allows.
+func (l *Log) loop() {
+	defer close(l.done)
+	t := time.NewTicker(flushDelay)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		l.tick()
 	}
 }
 
-// Flush writes buffered entries to the file.
+func (l *Log) tick() {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	now := l.now()
+	for user, b := range l.budgets {
+		switch {
+		case b.dropped > 0:
+			if b.take(now, l.opts) && !l.writeSummaryLocked(user, b, now) {
+				b.tokens++
+			}
+		case b.full(now, l.opts):
+			delete(l.budgets, user) // idle: forget it
+		}
+	}
+	if l.w.Buffered() > 0 {
+		if err := l.w.Flush(); err != nil {
+			l.fail(err)
+		}
+	}
+	var f *os.File
+	if l.unsynced && time.Since(l.lastSync) >= l.opts.SyncInterval {
+		f, l.unsynced, l.lastSync = l.f, false, time.Now()
+	}
+	l.mu.Unlock()
+	// fsync outside the lock: requests must not wait for the disk. A file
+	// closed meanwhile was synced by rotate or Close.
+	if f != nil {
+		if err := syncFile(f); err != nil && !errors.Is(err, os.ErrClosed) {
+			l.mu.Lock()
+			l.fail(err)
+			l.mu.Unlock()
+		}
+	}
+}
+
+// Flush writes buffered entries to the file and syncs it.
 func (l *Log) Flush() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return nil
 	}
-	return l.w.Flush()
+	return l.syncLocked()
 }
 
-// rotate moves audit.log to audit.log.1 (shifting older ones, dropping
-// the oldest) and starts a new file.
-func (l *Log) rotate() error {
+func (l *Log) syncLocked() error {
 	if err := l.w.Flush(); err != nil {
+		return err
+	}
+	if err := syncFile(l.f); err != nil {
+		return err
+	}
+	l.unsynced, l.lastSync = false, time.Now()
+	return nil
+}
+
+func (l *Log) backup(i int) string { return fmt.Sprintf("%s.%d", l.path, i) }
+
+// rotate moves audit.log to audit.log.1 (shifting older ones, dropping
+// the oldest) and starts a new file. The full file is synced first, so a
+// power cut never leaves a rotated file shorter than what was written.
+func (l *Log) rotate() error {
+	if err := l.syncLocked(); err != nil {
 		return err
 	}
 	if err := l.f.Close(); err != nil {
 		return err
 	}
-	oldest := fmt.Sprintf("%s.%d", l.path, l.opts.MaxBackups)
-	if err := os.Remove(oldest); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(l.backup(l.opts.MaxBackups)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	for i := l.opts.MaxBackups - 1; i >= 1; i-- {
-		from := fmt.Sprintf("%s.%d", l.path, i)
-		if err := os.Rename(from, fmt.Sprintf("%s.%d", l.path, i+1)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Rename(l.backup(i), l.backup(i+1)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 	}
-	if err := os.Rename(l.path, l.path+".1"); err != nil {
+	if err := os.Rename(l.path, l.backup(1)); err != nil {
 		return err
 	}
-	return l.open()
+	l.protectedUntil = time.Time{}
+	if err := l.open(); err != nil {
+		return err
+	}
+	syncDir(filepath.Dir(l.path))
+	return nil
 }
 
-// Close flushes and closes the file.
+// syncDir makes the renames of a rotation durable.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+}
+
+// Close writes the counts of dropped refusals, flushes, syncs and closes
+// the file.
 func (l *Log) Close() error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.closed {
+		l.mu.Unlock()
 		return nil
 	}
+	now := l.now()
+	for user, b := range l.budgets {
+		if b.dropped > 0 {
+			// The last word: written even past the budget and MinHistory.
+			l.writeLocked(l.summaryLine(user, b, now), false)
+		}
+	}
 	l.closed = true
-	err := l.w.Flush()
+	err := l.syncLocked()
 	if cerr := l.f.Close(); err == nil {
 		err = cerr
 	}
+	l.mu.Unlock()
+	close(l.stop)
+	<-l.done
 	return err
 }
 
