@@ -64,6 +64,9 @@ type Config struct {
 	// API's listener, by path prefix (the GitOps webhook receiver, which
 	// checks its own signatures).
 	Public map[string]http.Handler
+	// Limits protect the API from overload and from slow or hostile
+	// clients; the zero value has the defaults (apiserver.Limits).
+	Limits apiserver.Limits
 	Log    *slog.Logger
 }
 
@@ -84,6 +87,24 @@ type EtcdConfig struct {
 	// that serve one fleet use the same prefix.
 	Prefix string
 }
+
+// The API's HTTP server.
+const (
+	// ReadHeaderTimeout bounds the TLS handshake and a request's headers.
+	ReadHeaderTimeout = 10 * time.Second
+	// ReadTimeout bounds a request's headers and body together; the API
+	// sets shorter deadlines on bodies (apiserver.Limits' BodyTimeout and
+	// PublicBodyTimeout) and lifts this one once a body is in, so that it
+	// never cuts a stream.
+	ReadTimeout = 2 * time.Minute
+	// IdleTimeout closes a keep-alive connection with no request for
+	// this long (kube-apiserver's 90 s).
+	IdleTimeout = 90 * time.Second
+	// MaxHeaderBytes bounds a request's headers. Clients authenticate
+	// with certificates, not headers: kubectl, client-go and the agents
+	// send a few hundred bytes, webhooks a few KiB.
+	MaxHeaderBytes = 64 << 10
+)
 
 // Loop is a long-running part that works through the hub's own API.
 type Loop struct {
@@ -162,6 +183,7 @@ func New(cfg Config) (*Hub, error) {
 		AllowTagImages: cfg.AllowTagImages,
 		Images:         cfg.Images,
 		PodLogs:        apiserver.AgentPodLogs(p.AdminCredentials),
+		Limits:         cfg.Limits,
 	})
 	if err != nil {
 		auditLog.Close()
@@ -205,7 +227,7 @@ func openStore(cfg Config, reg prometheus.Registerer) (store.Store, error) {
 		}
 		return st, nil
 	case StoreEtcd:
-		tlsCfg, err := cfg.Etcd.tls()
+		tlsCfg, err := cfg.Etcd.TLSConfig()
 		if err != nil {
 			return nil, err
 		}
@@ -220,9 +242,9 @@ func openStore(cfg Config, reg prometheus.Registerer) (store.Store, error) {
 	return nil, fmt.Errorf("hub: --store %q: want %s (the default, DATA_DIR/state.db) or %s (with --etcd-endpoints)", cfg.Store, StoreBolt, StoreEtcd)
 }
 
-// tls builds the etcd client's TLS settings from the files; nil when no
-// file is given (plain HTTP, or https:// endpoints with the system roots).
-func (e EtcdConfig) tls() (*tls.Config, error) {
+// TLSConfig builds the etcd client's TLS settings from the files; nil
+// when no file is given and no endpoint is https://.
+func (e EtcdConfig) TLSConfig() (*tls.Config, error) {
 	if e.CAFile == "" && e.CertFile == "" && e.KeyFile == "" {
 		for _, ep := range e.Endpoints {
 			if strings.HasPrefix(ep, "https://") {
@@ -320,10 +342,17 @@ func (h *Hub) Run(ctx context.Context) error {
 
 	tlsCfg := h.pki.ServerTLSConfig()
 	tlsCfg.NextProtos = []string{"h2", "http/1.1"}
+	// No WriteTimeout: watches and pod logs stream for as long as they
+	// last. The API sets a deadline on every other answer, and on every
+	// body (apiserver.Limits); ReadTimeout only bounds a request no
+	// handler reads the body of.
 	httpSrv := &http.Server{
 		Handler:           h.api,
 		TLSConfig:         tlsCfg,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout:       ReadTimeout,
+		IdleTimeout:       IdleTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(h.log.Handler(), slog.LevelDebug),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}

@@ -1,16 +1,24 @@
 package apiserver
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"flotilla.dev/flotilla/api"
 )
 
 // Admission sees every write a client asks for after it was authorized,
@@ -66,6 +74,45 @@ type Limits struct {
 	// default (10/s, burst 40), negative means no limit.
 	FailureRate  float64
 	FailureBurst int
+
+	// MaxPublicInFlight caps requests without a client certificate (joins,
+	// GitOps webhooks) in a pool of their own, from their first body byte
+	// to their answer: strangers never take the slots the fleet's
+	// requests need. 0 means the default (64), negative means no cap.
+	MaxPublicInFlight int
+	// MaxPublicBodyBytes bounds the body of a request without a client
+	// certificate (413 past it). 0 means the default (1 MiB: the largest
+	// body a public handler takes, a Git webhook's).
+	MaxPublicBodyBytes int
+	// BodyTimeout is how long a client with a certificate has to send its
+	// whole request body, PublicBodyTimeout the same for a client without
+	// one; a slower body is answered 408. Clients with a certificate send
+	// their body before their request takes its slot in flight, so slow
+	// bodies never hold the slots. 0 means the defaults (60 s and 10 s).
+	BodyTimeout       time.Duration
+	PublicBodyTimeout time.Duration
+	// MaxBodyBytesInFlight bounds the memory the bodies of requests by
+	// clients other than administrators take at once, charged as the
+	// bytes arrive; past it the answer is 429. 0 means the default
+	// (256 MiB), negative means no bound.
+	MaxBodyBytesInFlight int64
+	// ResponseTimeout bounds how long the answer to a request may take
+	// once its body is in, watches and pod logs (streams) excepted: a
+	// client that stops reading its answer loses its connection. 0 means
+	// the default (2 min).
+	ResponseTimeout time.Duration
+	// MinWatchTimeout shapes how long a watch lasts: the timeoutSeconds
+	// the client asks for when it is not more than MinWatchTimeout;
+	// otherwise (more, or none) a random duration between MinWatchTimeout
+	// and twice it, so that a hub's watches do not all end together and
+	// none lasts for ever. kube-apiserver's --min-request-timeout (1800 s)
+	// is the same. 0 means the default (30 min).
+	MinWatchTimeout time.Duration
+	// MaxResourceVersionWaits caps the lists that wait at once for a
+	// resourceVersion the hub has not reached yet (each waits at most
+	// 3 s and holds no slot meanwhile); past it the answer is 429. 0
+	// means the default (100), negative means no cap.
+	MaxResourceVersionWaits int
 }
 
 // requestRecord travels with a request in its context: what the audit and
@@ -76,6 +123,8 @@ type requestRecord struct {
 	attrs         Attributes
 	fieldSelector string
 	reason        string
+	// slot is the request's place in flight (nil: it takes none).
+	slot *slot
 }
 
 const recordKey ctxKey = 1
@@ -178,13 +227,13 @@ func sourceIP(r *http.Request) string {
 	return host
 }
 
-// guard applies Limits. It returns false (having answered 429) when the
-// request must not proceed; release must be called when it ends.
-func (s *Server) guard(w http.ResponseWriter, r *http.Request, rr *requestRecord, ri *requestInfo, isResource bool) (release func(), ok bool) {
-	release = func() {}
+// rateLimit refuses (429) a client that has spent its tokens for
+// unauthenticated or refused requests; an unauthenticated request spends
+// one.
+func (s *Server) rateLimit(w http.ResponseWriter, r *http.Request, rr *requestRecord) bool {
 	user := rr.user
 	if user != nil && slices.Contains(user.Groups, GroupAdmins) {
-		return release, true
+		return true
 	}
 	key := "ip:" + sourceIP(r)
 	if user != nil {
@@ -197,25 +246,146 @@ func (s *Server) guard(w http.ResponseWriter, r *http.Request, rr *requestRecord
 	if wait, ok := s.limits.failures.take(key, cost); !ok {
 		rr.reason = "rate limited: too many unauthenticated or refused requests from this client"
 		s.writeError(w, r, apierrors.NewTooManyRequests("too many unauthenticated or refused requests from this client; retry later", retrySeconds(wait)), nil)
-		return release, false
+		return false
 	}
-	if isResource && ri.Verb == "watch" {
-		return release, true
+	return true
+}
+
+// takeSlot takes the request's place among the requests in flight:
+// unauthenticated ones in the public pool, the others in the mutating or
+// the read-only one. Administrators and watches (long-running) take none.
+// It answers 429 when the pool is full.
+func (s *Server) takeSlot(w http.ResponseWriter, r *http.Request, rr *requestRecord, ri *requestInfo, isResource bool) bool {
+	user := rr.user
+	if user != nil && slices.Contains(user.Groups, GroupAdmins) {
+		return true
 	}
-	mutating := r.Method != http.MethodGet && r.Method != http.MethodHead
-	if isResource {
-		mutating = isMutating(ri.Verb)
-	}
-	sem := s.limits.readOnly
-	if mutating {
-		sem = s.limits.mutating
+	var sem *semaphore
+	switch {
+	case user == nil:
+		sem = s.limits.public
+	case isResource && ri.Verb == "watch":
+		return true
+	default:
+		mutating := r.Method != http.MethodGet && r.Method != http.MethodHead
+		if isResource {
+			mutating = isMutating(ri.Verb)
+		}
+		sem = s.limits.readOnly
+		if mutating {
+			sem = s.limits.mutating
+		}
 	}
 	if !sem.acquire() {
+		msg := "the hub has too many requests in flight; retry later"
+		if user == nil {
+			msg = "the hub has too many requests without a client certificate (joins, webhooks) in flight; retry later"
+		}
 		rr.reason = "the hub has too many requests in flight"
-		s.writeError(w, r, apierrors.NewTooManyRequests("the hub has too many requests in flight; retry later", 1), nil)
+		s.writeError(w, r, apierrors.NewTooManyRequests(msg, 1), nil)
+		return false
+	}
+	rr.slot = &slot{sem: sem, held: true}
+	return true
+}
+
+// isLongRunning says whether a request streams its answer for as long as
+// it likes: watches and pod logs (kube-apiserver's long-running requests
+// that the hub serves).
+func isLongRunning(ri *requestInfo, isResource bool) bool {
+	return isResource && ri.Resource != nil && (ri.Verb == "watch" || ri.Subresource == "log")
+}
+
+// setWriteDeadline bounds the writing of the answer to a request that is
+// not long-running, and lifts the bound for one that is (an HTTP/1.1
+// connection keeps the deadline its previous request had).
+func (s *Server) setWriteDeadline(w http.ResponseWriter, longRunning bool) {
+	var d time.Time
+	if !longRunning {
+		d = time.Now().Add(s.limits.responseTimeout)
+	}
+	_ = http.NewResponseController(w).SetWriteDeadline(d)
+}
+
+// readBodyFirst reads the request's body into memory under a deadline
+// and a size limit, before the request takes a slot in flight, so that a
+// client that sends its body slowly holds no slot. A body that is too
+// slow is answered 408, one too large 413. The memory is charged to the
+// bodies' budget until the request ends (release).
+func (s *Server) readBodyFirst(w http.ResponseWriter, r *http.Request, rr *requestRecord) (release func(), ok bool) {
+	release = func() {}
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return release, true
+	}
+	public := rr.user == nil
+	limit, timeout := int64(maxBodyBytes), s.limits.bodyTimeout
+	what := fmt.Sprintf("request bodies are limited to %d bytes (and objects to %d bytes); send a smaller object", limit, api.MaxObjectSize)
+	if public {
+		limit, timeout = s.limits.publicMaxBody, s.limits.publicBodyTimeout
+		what = fmt.Sprintf("the bodies of requests without a client certificate (joins, webhooks) are limited to %d bytes", limit)
+	}
+	budget := s.limits.bodies
+	if public || slices.Contains(rr.user.Groups, GroupAdmins) {
+		// Public requests are bounded by their pool, administrators not at all.
+		budget = &byteBudget{limit: -1}
+	}
+	tooLarge := func() (func(), bool) {
+		rr.reason = "the request body is too large"
+		s.writeError(w, r, apierrors.NewRequestEntityTooLargeError(what), nil)
 		return release, false
 	}
-	return sem.release, true
+	if r.ContentLength > limit {
+		return tooLarge()
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(timeout))
+	var charged int64
+	release = func() { budget.refund(charged) }
+	size := 512
+	if r.ContentLength > 0 {
+		size = int(r.ContentLength) + 1
+	}
+	buf := make([]byte, 0, min(size, 64<<10))
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		if grow := int64(cap(buf)) - charged; grow > 0 {
+			if !budget.charge(grow) {
+				rr.reason = "the hub is receiving too many request bodies at once"
+				s.writeError(w, r, apierrors.NewTooManyRequests("the hub is receiving too many request bodies at once; retry later", 1), nil)
+				return release, false
+			}
+			charged += grow
+		}
+		n, err := r.Body.Read(buf[len(buf):min(int64(cap(buf)), limit+1)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return tooLarge()
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if isTimeout(err) {
+				rr.reason = "the request body was not received in time"
+				s.writeError(w, r, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusRequestTimeout, Reason: metav1.StatusReasonTimeout,
+					Message: fmt.Sprintf("the request body was not received within %v; the hub waits that long for a body, send it whole and at once", timeout)}}, nil)
+				return release, false
+			}
+			s.writeError(w, r, badRequest("reading the request body: %v", err), nil)
+			return release, false
+		}
+	}
+	_ = rc.SetReadDeadline(time.Time{})
+	r.Body = io.NopCloser(bytes.NewReader(buf))
+	r.ContentLength = int64(len(buf))
+	return release, true
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // chargeRefusal makes a refused authenticated request cost its user a

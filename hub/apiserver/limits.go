@@ -10,15 +10,68 @@ import (
 type limiters struct {
 	mutating *semaphore
 	readOnly *semaphore
+	public   *semaphore
+	// rvWaits counts lists waiting for a resourceVersion the cache has
+	// not reached.
+	rvWaits  *semaphore
+	bodies   *byteBudget
 	failures *buckets
+
+	bodyTimeout, publicBodyTimeout time.Duration
+	responseTimeout                time.Duration
+	minWatchTimeout                time.Duration
+	publicMaxBody                  int64
 }
+
+// Defaults of Limits.
+const (
+	DefaultMaxMutatingInFlight     = 400
+	DefaultMaxReadOnlyInFlight     = 800
+	DefaultMaxPublicInFlight       = 64
+	DefaultMaxPublicBodyBytes      = 1 << 20
+	DefaultMaxBodyBytesInFlight    = 256 << 20
+	DefaultBodyTimeout             = 60 * time.Second
+	DefaultPublicBodyTimeout       = 10 * time.Second
+	DefaultResponseTimeout         = 2 * time.Minute
+	DefaultMinWatchTimeout         = 30 * time.Minute
+	DefaultMaxResourceVersionWaits = 100
+)
+
+// resourceVersionWait is how long a list waits for a resourceVersion the
+// hub has not reached yet before it answers 504 "Too large resource
+// version", as kube-apiserver's watch cache does (blockTimeout, 3 s).
+var resourceVersionWait = 3 * time.Second
 
 func newLimiters(l Limits, now func() time.Time) *limiters {
 	if l.MaxMutatingInFlight == 0 {
-		l.MaxMutatingInFlight = 400
+		l.MaxMutatingInFlight = DefaultMaxMutatingInFlight
 	}
 	if l.MaxReadOnlyInFlight == 0 {
-		l.MaxReadOnlyInFlight = 800
+		l.MaxReadOnlyInFlight = DefaultMaxReadOnlyInFlight
+	}
+	if l.MaxPublicInFlight == 0 {
+		l.MaxPublicInFlight = DefaultMaxPublicInFlight
+	}
+	if l.MaxPublicBodyBytes <= 0 {
+		l.MaxPublicBodyBytes = DefaultMaxPublicBodyBytes
+	}
+	if l.MaxBodyBytesInFlight == 0 {
+		l.MaxBodyBytesInFlight = DefaultMaxBodyBytesInFlight
+	}
+	if l.BodyTimeout <= 0 {
+		l.BodyTimeout = DefaultBodyTimeout
+	}
+	if l.PublicBodyTimeout <= 0 {
+		l.PublicBodyTimeout = DefaultPublicBodyTimeout
+	}
+	if l.ResponseTimeout <= 0 {
+		l.ResponseTimeout = DefaultResponseTimeout
+	}
+	if l.MinWatchTimeout <= 0 {
+		l.MinWatchTimeout = DefaultMinWatchTimeout
+	}
+	if l.MaxResourceVersionWaits == 0 {
+		l.MaxResourceVersionWaits = DefaultMaxResourceVersionWaits
 	}
 	if l.FailureRate == 0 {
 		l.FailureRate = 10
@@ -27,9 +80,68 @@ func newLimiters(l Limits, now func() time.Time) *limiters {
 		l.FailureBurst = 40
 	}
 	return &limiters{
-		mutating: &semaphore{limit: int64(l.MaxMutatingInFlight)},
-		readOnly: &semaphore{limit: int64(l.MaxReadOnlyInFlight)},
-		failures: &buckets{rate: l.FailureRate, burst: float64(l.FailureBurst), now: now, m: map[string]*bucket{}},
+		mutating:          &semaphore{limit: int64(l.MaxMutatingInFlight)},
+		readOnly:          &semaphore{limit: int64(l.MaxReadOnlyInFlight)},
+		public:            &semaphore{limit: int64(l.MaxPublicInFlight)},
+		rvWaits:           &semaphore{limit: int64(l.MaxResourceVersionWaits)},
+		bodies:            &byteBudget{limit: l.MaxBodyBytesInFlight},
+		failures:          &buckets{rate: l.FailureRate, burst: float64(l.FailureBurst), now: now, m: map[string]*bucket{}},
+		bodyTimeout:       l.BodyTimeout,
+		publicBodyTimeout: l.PublicBodyTimeout,
+		responseTimeout:   l.ResponseTimeout,
+		minWatchTimeout:   l.MinWatchTimeout,
+		publicMaxBody:     int64(l.MaxPublicBodyBytes),
+	}
+}
+
+// slot is a request's place in a semaphore. A request may give it up
+// while it waits for something that takes no work of the hub's (a
+// resourceVersion to arrive) and take it again after. Only the request's
+// goroutine uses it.
+type slot struct {
+	sem  *semaphore
+	held bool
+}
+
+func (s *slot) release() {
+	if s != nil && s.held {
+		s.sem.release()
+		s.held = false
+	}
+}
+
+// reacquire takes the slot again; false when the semaphore is full.
+func (s *slot) reacquire() bool {
+	if s == nil || s.held {
+		return true
+	}
+	s.held = s.sem.acquire()
+	return s.held
+}
+
+// byteBudget counts the bytes of request bodies held in memory at once.
+// Bytes are charged as they arrive, so a client that sends slowly holds
+// little of it.
+type byteBudget struct {
+	limit int64 // negative: unlimited
+	n     atomic.Int64
+}
+
+// charge adds n bytes; false (having charged nothing) past the limit.
+func (b *byteBudget) charge(n int64) bool {
+	if b.limit < 0 {
+		return true
+	}
+	if b.n.Add(n) > b.limit {
+		b.n.Add(-n)
+		return false
+	}
+	return true
+}
+
+func (b *byteBudget) refund(n int64) {
+	if b.limit >= 0 {
+		b.n.Add(-n)
 	}
 }
 

@@ -180,11 +180,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err == nil && user != nil && r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
 		rr.user, rr.cert = user, r.TLS.PeerCertificates[0]
 	}
-	release, ok := s.guard(rec, r, rr, &ri, isResource)
-	if !ok {
+	s.setWriteDeadline(rec, isLongRunning(&ri, isResource))
+	if !s.rateLimit(rec, r, rr) {
 		return
 	}
-	defer release()
 	defer func() { s.chargeRefusal(rr, rec.code()) }()
 	if (err != nil || user == nil) && !public {
 		msg := "Unauthorized: this hub needs a client certificate signed by its CA (use the kubeconfig the hub wrote, or join with a token)"
@@ -200,18 +199,37 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(rec, r, perr, &ri)
 		return
 	}
-	if !isResource {
-		if !public {
-			if ok := s.authorize(rec, r, Attributes{User: user, Verb: strings.ToLower(r.Method), Path: path}, nil); !ok {
-				return
-			}
+	// Requests are authorized before their bodies are read, and bodies
+	// are read before requests take their slots in flight: a refused
+	// request costs no memory for its body, and a slow body holds no
+	// slot. Requests without a certificate take a slot of their own pool
+	// first, which bounds the memory their bodies take.
+	if isResource {
+		attrs := Attributes{User: user, Verb: ri.Verb, APIGroup: ri.Resource.GVR.Group, Resource: ri.Resource.GVR.Resource,
+			Subresource: ri.Subresource, Namespace: ri.Namespace, Name: ri.Name}
+		if ok := s.authorize(rec, r, attrs, &ri); !ok {
+			return
 		}
-		s.serveNonResource(rec, r)
+	} else if !public {
+		if ok := s.authorize(rec, r, Attributes{User: user, Verb: strings.ToLower(r.Method), Path: path}, nil); !ok {
+			return
+		}
+	}
+	if user == nil && !s.takeSlot(rec, r, rr, &ri, isResource) {
 		return
 	}
-	attrs := Attributes{User: user, Verb: ri.Verb, APIGroup: ri.Resource.GVR.Group, Resource: ri.Resource.GVR.Resource,
-		Subresource: ri.Subresource, Namespace: ri.Namespace, Name: ri.Name}
-	if ok := s.authorize(rec, r, attrs, &ri); !ok {
+	defer rr.slot.release()
+	releaseBody, ok := s.readBodyFirst(rec, r, rr)
+	defer releaseBody()
+	if !ok {
+		return
+	}
+	s.setWriteDeadline(rec, isLongRunning(&ri, isResource))
+	if user != nil && !s.takeSlot(rec, r, rr, &ri, isResource) {
+		return
+	}
+	if !isResource {
+		s.serveNonResource(rec, r)
 		return
 	}
 	select {

@@ -17,6 +17,7 @@ import (
 	"flotilla.dev/flotilla/api/agentapi"
 	"flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/hub"
+	"flotilla.dev/flotilla/hub/apiserver"
 )
 
 // Hub is a hub running for one test.
@@ -53,6 +54,8 @@ type Options struct {
 	Etcd  hub.EtcdConfig
 	// Log receives the hub's logs; discarded unless FLOTILLA_TEST_LOG is set.
 	Log *slog.Logger
+	// Limits of the API (defaults when zero).
+	Limits apiserver.Limits
 }
 
 // Start runs a hub until the test ends.
@@ -78,6 +81,7 @@ func Start(t testing.TB, opts ...Options) *Hub {
 	h, err := hub.New(hub.Config{
 		DataDir: o.DataDir, Listen: o.Listen, RunLoops: len(o.Loops) > 0, Loops: o.Loops,
 		AllowTagImages: o.AllowTagImages, Images: o.Images, Log: o.Log, Store: o.Store, Etcd: o.Etcd,
+		Limits: o.Limits,
 	})
 	if err != nil {
 		t.Fatalf("starting a hub: %v", err)
