@@ -34,7 +34,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServe(), newVersion(), newToken(), newKubeconfig(), newConfig())
+	root.AddCommand(newServe(), newVersion(), newToken(), newKubeconfig(), newConfig(), newMigrate())
 	return root
 }
 
