@@ -29,6 +29,16 @@ const (
 	// GroupMasters is the group of the hub's admin identity, the only one
 	// allowed by default.
 	GroupMasters = "system:masters"
+	// The HTTP server's bounds (see Config).
+	DefaultReadTimeout  = 30 * time.Second
+	DefaultWriteTimeout = 60 * time.Second
+	DefaultIdleTimeout  = 90 * time.Second
+	// readHeaderTimeout bounds the TLS handshake and the headers when
+	// ReadTimeout is longer.
+	readHeaderTimeout = 10 * time.Second
+	// MaxHeaderBytes bounds a request's headers: the hub sends a few
+	// hundred bytes.
+	MaxHeaderBytes = 16 << 10
 )
 
 // Authorizer decides whether a verified client certificate may use the
@@ -72,7 +82,15 @@ type Config struct {
 	Metrics http.Handler
 	// Poll is how often a followed log is checked; DefaultPoll when zero.
 	Poll time.Duration
-	Log  *slog.Logger
+	// ReadTimeout bounds a request's headers and body (the agent's
+	// requests have none), WriteTimeout the answer to a request other
+	// than a log (logs stream for as long as they are followed), and
+	// IdleTimeout a kept-alive connection without a request: a caller
+	// cannot hold the agent's connections open for ever. Zero means the
+	// defaults (DefaultReadTimeout, DefaultWriteTimeout,
+	// DefaultIdleTimeout).
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	Log                                    *slog.Logger
 }
 
 // Server is the agent's HTTPS server.
@@ -103,6 +121,15 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = DefaultPoll
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = DefaultReadTimeout
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
@@ -147,10 +174,15 @@ func (s *Server) TLSConfig() *tls.Config {
 
 // Run serves until ctx ends.
 func (s *Server) Run(ctx context.Context) error {
+	// No WriteTimeout on the server: it would cut followed logs. Every
+	// other answer gets its deadline from writeDeadlines.
 	srv := &http.Server{
-		Handler:           s.mux,
+		Handler:           s.writeDeadlines(s.mux),
 		TLSConfig:         s.TLSConfig(),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: min(readHeaderTimeout, s.cfg.ReadTimeout),
+		ReadTimeout:       s.cfg.ReadTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
@@ -168,6 +200,20 @@ func (s *Server) Run(ctx context.Context) error {
 		srv.Close()
 	}
 	return nil
+}
+
+// writeDeadlines bounds the writing of every answer but a log's (which
+// streams), and lifts the bound for a log: an HTTP/1.1 connection keeps
+// the deadline of its previous request.
+func (s *Server) writeDeadlines(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var d time.Time
+		if !strings.HasPrefix(r.URL.Path, "/containerLogs/") {
+			d = time.Now().Add(s.cfg.WriteTimeout)
+		}
+		_ = http.NewResponseController(w).SetWriteDeadline(d)
+		next.ServeHTTP(w, r)
+	})
 }
 
 // authenticated lets through requests whose client certificate chains to
