@@ -11,12 +11,18 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 
 	"flotilla.dev/flotilla/hub"
+	"flotilla.dev/flotilla/hub/controllers/controllerutil"
+	"flotilla.dev/flotilla/hub/controllers/manager"
 	"flotilla.dev/flotilla/hub/hubtest"
 	"flotilla.dev/flotilla/hub/store/etcdstore/etcdtest"
 )
@@ -194,4 +200,101 @@ func TestServiceAddressesAcrossHubs(t *testing.T) {
 	if got, err := raw.Get(ctx, res+"serviceips/"+s0.Spec.ClusterIP); err != nil || len(got.Kvs) != 1 || !strings.HasPrefix(string(got.Kvs[0].Value), "default/svc-0 ") {
 		t.Errorf("the reservation of svc-0's ClusterIP was not restored: %v %v", got, err)
 	}
+}
+
+// TestLeaderFailover runs the controllers on two hubs sharing an etcd:
+// one leads at a time (a Deployment gets exactly its replicas), and when
+// the leading hub stops, the other takes over and carries on.
+func TestLeaderFailover(t *testing.T) {
+	etcd := etcdtest.Start(t, t.TempDir())
+	loops := func(identity string) []hub.Loop {
+		return []hub.Loop{{Name: "controllers", Run: func(ctx context.Context, cfg *rest.Config) error {
+			return manager.Run(ctx, cfg, manager.Options{
+				Disable: []string{manager.NodeLifecycle, manager.Scheduler, manager.EndpointSlice, manager.DaemonSet},
+				LeaderElection: controllerutil.LeaderElection{Enabled: true, LeaseName: manager.LeaseName, Identity: identity,
+					LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond},
+			})
+		}}}
+	}
+	cfg := hubtest.Options{Store: hub.StoreEtcd, Etcd: hub.EtcdConfig{Endpoints: []string{etcd.URL}}, Loops: loops("hub-a")}
+	a := hubtest.Start(t, cfg)
+	cfg.DataDir, cfg.Loops = t.TempDir(), loops("hub-b")
+	if err := os.CopyFS(filepath.Join(cfg.DataDir, "pki"), os.DirFS(filepath.Join(a.DataDir, "pki"))); err != nil {
+		t.Fatal(err)
+	}
+	b := hubtest.Start(t, cfg)
+	hubs := map[string]*hubtest.Hub{"hub-a": a, "hub-b": b}
+	ctx := context.Background()
+
+	holder := func(c kubernetes.Interface) string {
+		l, err := c.CoordinationV1().Leases("flotilla-system").Get(ctx, manager.LeaseName, metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	var leader string
+	for deadline := time.Now().Add(30 * time.Second); leader == ""; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no hub leads")
+		}
+		leader = holder(a.Client)
+	}
+	follower := "hub-b"
+	if leader == "hub-b" {
+		follower = "hub-a"
+	}
+	fc := hubs[follower].Client
+
+	pods := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			list, err := fc.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+			if err == nil && len(list.Items) == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("want %d pods, have %d (%v)", want, len(list.Items), err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		// Exactly: a second controller acting too would make more.
+		time.Sleep(2 * time.Second)
+		if list, _ := fc.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"}); len(list.Items) != want {
+			t.Fatalf("%d pods for %d replicas", len(list.Items), want)
+		}
+	}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](3), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "registry.local/web@sha256:" + strings.Repeat("ab", 32)}}}}},
+	}
+	if _, err := fc.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pods(3)
+
+	hubs[leader].Stop()
+	stopped := time.Now()
+	for holder(fc) != follower {
+		if time.Since(stopped) > 30*time.Second {
+			t.Fatalf("%s did not take over within 30s (holder %q)", follower, holder(fc))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("%s leads %v after %s stopped", follower, time.Since(stopped).Round(100*time.Millisecond), leader)
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := fc.AppsV1().Deployments("default").Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Spec.Replicas = ptr.To[int32](5)
+		_, err = fc.AppsV1().Deployments("default").Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pods(5)
 }

@@ -42,16 +42,22 @@ func loops(v *viper.Viper, log *slog.Logger) ([]hub.Loop, map[string]http.Handle
 	// a Lease each; a lone hub on bbolt needs no election (and does not
 	// wait out a dead predecessor's lease after a crash).
 	elect := v.GetString("store") == hub.StoreEtcd
+	// A dead leader is replaced within 15 s: its Lease runs out after 12 s
+	// and a candidate tries every 2 s.
+	election := func(lease string) controllerutil.LeaderElection {
+		return controllerutil.LeaderElection{Enabled: elect, LeaseName: lease,
+			LeaseDuration: 12 * time.Second, RenewDeadline: 8 * time.Second, RetryPeriod: 2 * time.Second}
+	}
 	return []hub.Loop{
 			{Name: "controller manager", Run: func(ctx context.Context, cfg *rest.Config) error {
-				return manager.Run(ctx, cfg, manager.Options{LeaderElection: controllerutil.LeaderElection{Enabled: elect, LeaseName: manager.LeaseName}})
+				return manager.Run(ctx, cfg, manager.Options{LeaderElection: election(manager.LeaseName)})
 			}},
 			{Name: "gitops", Run: func(ctx context.Context, cfg *rest.Config) error {
 				client, err := kubernetes.NewForConfig(cfg)
 				if err != nil {
 					return err
 				}
-				return controllerutil.RunElected(ctx, client, controllerutil.LeaderElection{Enabled: elect, LeaseName: GitOpsLeaseName}, func(ctx context.Context) error {
+				return controllerutil.RunElected(ctx, client, election(GitOpsLeaseName), func(ctx context.Context) error {
 					return controller.New(controller.Config{DataDir: dataDir, Sources: sources, Hooks: hooks, Log: log}).Run(ctx, cfg)
 				})
 			}},

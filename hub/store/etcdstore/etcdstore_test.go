@@ -125,3 +125,46 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// With a three-member etcd, losing one member loses nothing: writes and
+// watches go on through the others.
+func TestMemberLoss(t *testing.T) {
+	members := etcdtest.StartCluster(t, t.TempDir(), 3)
+	s, err := New(t.Context(), Config{Endpoints: etcdtest.URLs(members)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	ch, err := s.Watch(ctx, "/pods/", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(ctx, "/pods/default/a", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	members[0].Stop()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	r2, err := s.Create(wctx, "/pods/default/b", []byte("b"))
+	if err != nil {
+		t.Fatalf("a write with one member of three gone: %v", err)
+	}
+	var got []string
+	for len(got) < 2 {
+		select {
+		case res := <-ch:
+			if res.Err != nil {
+				t.Fatalf("the watch ended: %v", res.Err)
+			}
+			for _, ev := range res.Events {
+				got = append(got, ev.KV.Key)
+			}
+		case <-wctx.Done():
+			t.Fatalf("the watch delivered %v, then nothing", got)
+		}
+	}
+	if kv, err := s.Get(ctx, "/pods/default/b"); err != nil || kv.ModRevision != r2 {
+		t.Fatalf("read after the loss: %+v %v", kv, err)
+	}
+}

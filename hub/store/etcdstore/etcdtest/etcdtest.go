@@ -1,4 +1,4 @@
-// Package etcdtest runs a real etcd (go.etcd.io/etcd/server/v3/embed) in
+// Package etcdtest runs a real etcd (one member or a cluster) (go.etcd.io/etcd/server/v3/embed) in
 // a test's process, on free loopback ports and in the test's temp dir, for
 // the store's contract suite and multi-hub tests.
 package etcdtest
@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,10 +20,14 @@ import (
 // ends (or Stop), and returns it.
 func Start(t testing.TB, dir string) *Etcd {
 	t.Helper()
-	cfg := embed.NewConfig()
-	cfg.Dir = dir
-	// Its shutdown logs errors about closed listeners; nothing to see.
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	return StartCluster(t, dir, 1)[0]
+}
+
+// StartCluster runs an etcd cluster of n members, each keeping its data
+// under dir, until the test ends; any member can be stopped to play its
+// loss.
+func StartCluster(t testing.TB, dir string, n int) []*Etcd {
+	t.Helper()
 	port := func() url.URL {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -30,23 +36,47 @@ func Start(t testing.TB, dir string) *Etcd {
 		defer ln.Close()
 		return url.URL{Scheme: "http", Host: ln.Addr().String()}
 	}
-	client, peer := port(), port()
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
-	cfg.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, peer.String())
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatalf("embedded etcd: %v", err)
+	cfgs := make([]*embed.Config, n)
+	var initial []string
+	for i := range cfgs {
+		cfg := embed.NewConfig()
+		cfg.Name = fmt.Sprintf("member-%d", i)
+		cfg.Dir = filepath.Join(dir, cfg.Name)
+		// Its shutdown logs errors about closed listeners; nothing to see.
+		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+		client, peer := port(), port()
+		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+		initial = append(initial, fmt.Sprintf("%s=%s", cfg.Name, peer.String()))
+		cfgs[i] = cfg
 	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		e.Close()
-		t.Fatal("embedded etcd not ready within 30s")
+	out := make([]*Etcd, n)
+	for i, cfg := range cfgs {
+		cfg.InitialCluster = strings.Join(initial, ",")
+		e, err := embed.StartEtcd(cfg)
+		if err != nil {
+			t.Fatalf("embedded etcd %s: %v", cfg.Name, err)
+		}
+		out[i] = &Etcd{e: e, URL: cfg.ListenClientUrls[0].String()}
+		t.Cleanup(out[i].Stop)
 	}
-	et := &Etcd{e: e, URL: client.String()}
-	t.Cleanup(et.Stop)
-	return et
+	for _, et := range out {
+		select {
+		case <-et.e.Server.ReadyNotify():
+		case <-time.After(60 * time.Second):
+			t.Fatal("embedded etcd not ready within 60s")
+		}
+	}
+	return out
+}
+
+// URLs lists the client URLs of members.
+func URLs(members []*Etcd) []string {
+	var out []string
+	for _, m := range members {
+		out = append(out, m.URL)
+	}
+	return out
 }
 
 // Etcd is a running embedded etcd.
