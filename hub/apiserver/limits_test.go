@@ -297,3 +297,25 @@ func TestResponseDeadlineSparesWatches(t *testing.T) {
 		})
 	}
 }
+
+// Every request gives its slot back: many more requests than slots, one
+// after the other, all pass (reads, writes, and joins without a
+// certificate).
+func TestSlotsAreGivenBack(t *testing.T) {
+	h := hubtest.Start(t, hubtest.Options{Limits: apiserver.Limits{MaxReadOnlyInFlight: 2, MaxMutatingInFlight: 2, MaxPublicInFlight: 2, FailureRate: -1}})
+	renew := deviceLease(t, h, "dev-1")
+	services := h.NodeClient("dev-1").CoreV1().Services("default")
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 10 {
+		if _, err := services.List(c, metav1.ListOptions{}); err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+		if err := renew(c); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		if code, st, _ := raw(t, h.Config, http.MethodPost, agentapi.PathCSR, "application/json", []byte(`{}`), false); code == http.StatusTooManyRequests {
+			t.Fatalf("join %d: %d %s", i, code, st.Message)
+		}
+	}
+}

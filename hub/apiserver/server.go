@@ -218,7 +218,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if user == nil && !s.takeSlot(rec, r, rr, &ri, isResource) {
 		return
 	}
-	defer rr.slot.release()
+	defer func() { rr.slot.release() }() // (rr.slot is set below)
 	releaseBody, ok := s.readBodyFirst(rec, r, rr)
 	defer releaseBody()
 	if !ok {
