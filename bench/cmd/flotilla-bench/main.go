@@ -29,7 +29,7 @@ import (
 )
 
 func main() {
-	only := flag.String("only", "", "comma-separated figures to run (api,fanout,rollout,gitops,scheduler,proxy,binary,trust,agent,autonomy); empty runs all")
+	only := flag.String("only", "", "comma-separated figures to run (api,fanout,rollout,gitops,scheduler,proxy,etcd,binary,trust,agent,autonomy); empty runs all")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -118,6 +118,13 @@ func main() {
 			for _, l := range r.Lines() {
 				fmt.Println(l)
 			}
+		}
+	}
+	if want("etcd") {
+		lines, err := etcdFigures(ctx)
+		report("hubs on etcd", err)
+		for _, l := range lines {
+			fmt.Println(l)
 		}
 	}
 	if want("binary") {
@@ -223,6 +230,12 @@ func (h *hubProc) namespace(ctx context.Context, name string) (string, error) {
 // startHub runs the flotilla-hub binary (from $FLOTILLA_BIN, as make bench
 // builds it) on loopback with a temporary data dir.
 func startHub(ctx context.Context) (*hubProc, error) {
+	return startHubWith(ctx, "")
+}
+
+// startHubWith starts a hub with extra serve flags; pkiFrom, when set, is
+// a data dir whose pki/ the new hub gets (a second hub of a fleet).
+func startHubWith(ctx context.Context, pkiFrom string, args ...string) (*hubProc, error) {
 	bin := filepath.Join(os.Getenv("FLOTILLA_BIN"), "flotilla-hub")
 	if os.Getenv("FLOTILLA_BIN") == "" {
 		bin = "flotilla-hub"
@@ -231,7 +244,12 @@ func startHub(ctx context.Context) (*hubProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, bin, "serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--config=", "--log-level", "warn")
+	if pkiFrom != "" {
+		if err := os.CopyFS(filepath.Join(dir, "pki"), os.DirFS(filepath.Join(pkiFrom, "pki"))); err != nil {
+			return nil, err
+		}
+	}
+	cmd := exec.CommandContext(ctx, bin, append([]string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--config=", "--log-level", "warn"}, args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err

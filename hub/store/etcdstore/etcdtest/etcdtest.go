@@ -4,6 +4,7 @@
 package etcdtest
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -28,13 +29,26 @@ func Start(t testing.TB, dir string) *Etcd {
 // loss.
 func StartCluster(t testing.TB, dir string, n int) []*Etcd {
 	t.Helper()
-	port := func() url.URL {
+	members, err := Run(dir, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members {
+		t.Cleanup(m.Stop)
+	}
+	return members
+}
+
+// Run is StartCluster for programs that are not tests (make bench): the
+// caller stops the members.
+func Run(dir string, n int) ([]*Etcd, error) {
+	port := func() (url.URL, error) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatal(err)
+			return url.URL{}, err
 		}
 		defer ln.Close()
-		return url.URL{Scheme: "http", Host: ln.Addr().String()}
+		return url.URL{Scheme: "http", Host: ln.Addr().String()}, nil
 	}
 	cfgs := make([]*embed.Config, n)
 	var initial []string
@@ -44,30 +58,43 @@ func StartCluster(t testing.TB, dir string, n int) []*Etcd {
 		cfg.Dir = filepath.Join(dir, cfg.Name)
 		// Its shutdown logs errors about closed listeners; nothing to see.
 		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-		client, peer := port(), port()
+		client, err := port()
+		if err != nil {
+			return nil, err
+		}
+		peer, err := port()
+		if err != nil {
+			return nil, err
+		}
 		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
 		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 		initial = append(initial, fmt.Sprintf("%s=%s", cfg.Name, peer.String()))
 		cfgs[i] = cfg
 	}
-	out := make([]*Etcd, n)
-	for i, cfg := range cfgs {
+	out := make([]*Etcd, 0, n)
+	stopAll := func() {
+		for _, m := range out {
+			m.Stop()
+		}
+	}
+	for _, cfg := range cfgs {
 		cfg.InitialCluster = strings.Join(initial, ",")
 		e, err := embed.StartEtcd(cfg)
 		if err != nil {
-			t.Fatalf("embedded etcd %s: %v", cfg.Name, err)
+			stopAll()
+			return nil, fmt.Errorf("embedded etcd %s: %w", cfg.Name, err)
 		}
-		out[i] = &Etcd{e: e, URL: cfg.ListenClientUrls[0].String()}
-		t.Cleanup(out[i].Stop)
+		out = append(out, &Etcd{e: e, URL: cfg.ListenClientUrls[0].String()})
 	}
-	for _, et := range out {
+	for _, m := range out {
 		select {
-		case <-et.e.Server.ReadyNotify():
+		case <-m.e.Server.ReadyNotify():
 		case <-time.After(60 * time.Second):
-			t.Fatal("embedded etcd not ready within 60s")
+			stopAll()
+			return nil, errors.New("embedded etcd not ready within 60s")
 		}
 	}
-	return out
+	return out, nil
 }
 
 // URLs lists the client URLs of members.
