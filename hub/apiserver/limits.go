@@ -1,9 +1,14 @@
 package apiserver
 
 import (
+	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // limiters holds the state behind Limits.
@@ -92,6 +97,45 @@ func newLimiters(l Limits, now func() time.Time) *limiters {
 		minWatchTimeout:   l.MinWatchTimeout,
 		publicMaxBody:     int64(l.MaxPublicBodyBytes),
 	}
+}
+
+// waitForResourceVersion waits until the cache has seen revision rev, at
+// most resourceVersionWait, and then answers as kube-apiserver does: 504
+// "Too large resource version" with a ResourceVersionTooLarge cause, which
+// client-go's reflectors answer with a list from the latest state. While
+// it waits the request gives up its slot in flight (it costs the hub
+// nothing), and at most MaxResourceVersionWaits requests wait at once.
+func (s *Server) waitForResourceVersion(ctx context.Context, rev int64) error {
+	if s.cache.revision() >= rev {
+		return s.cache.waitFor(ctx, rev) // (only waits for a cache still loading)
+	}
+	if !s.limits.rvWaits.acquire() {
+		return apierrors.NewTooManyRequests(fmt.Sprintf("too many requests are waiting for a resourceVersion this hub has not reached yet (this one asks for %d, the hub is at %d); retry later, or read without a resourceVersion", rev, s.cache.revision()), 1)
+	}
+	defer s.limits.rvWaits.release()
+	var sl *slot
+	if rr := recordFrom(ctx); rr != nil {
+		sl = rr.slot
+	}
+	sl.release()
+	wctx, cancel := context.WithTimeout(ctx, resourceVersionWait)
+	defer cancel()
+	if err := s.cache.waitFor(wctx, rev); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return tooLargeResourceVersion(rev, s.cache.revision())
+	}
+	if !sl.reacquire() {
+		return apierrors.NewTooManyRequests("the hub has too many requests in flight; retry later", 1)
+	}
+	return nil
+}
+
+func tooLargeResourceVersion(rev, cur int64) error {
+	err := apierrors.NewTimeoutError(fmt.Sprintf("Too large resource version: %d, current: %d (the hub waited %v for it; retry, or read without a resourceVersion for the latest state)", rev, cur, resourceVersionWait), 1)
+	err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge, Message: "Too large resource version"}}
+	return err
 }
 
 // slot is a request's place in a semaphore. A request may give it up

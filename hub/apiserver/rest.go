@@ -149,8 +149,8 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, ri *requestI
 		if err != nil || n < 0 {
 			return badRequest("resourceVersion %q is not a valid resource version", rv)
 		}
-		if err := s.cache.waitFor(r.Context(), n); err != nil {
-			return apierrors.NewTimeoutError(fmt.Sprintf("Too large resource version: %d, current: %d", n, s.cache.revision()), 1)
+		if err := s.waitForResourceVersion(r.Context(), n); err != nil {
+			return err
 		}
 	}
 	objs, rev := s.cache.list(ri.Resource, f)

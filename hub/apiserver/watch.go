@@ -61,7 +61,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, ri *request
 			}
 		} else if n, err := strconv.ParseInt(rv, 10, 64); err != nil {
 			return badRequest("resourceVersion %q is not a valid resource version", rv)
-		} else if err := s.cache.waitFor(ctx, n); err != nil {
+		} else if err := s.waitForResourceVersion(ctx, n); err != nil {
 			return err
 		}
 	case rv == "" || rv == "0":
@@ -79,10 +79,11 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, ri *request
 		if err != nil || n < 0 {
 			return badRequest("resourceVersion %q is not a valid resource version", rv)
 		}
+		// A resourceVersion the hub has not reached yet (a client that
+		// listed from another hub of the fleet, or a made-up one) is not
+		// waited for: as kube-apiserver's, the watch starts at once and
+		// sends nothing about revisions up to it.
 		fromRev = n
-		if err := s.cache.waitFor(ctx, n); err != nil {
-			return err
-		}
 	}
 	watcher, backlog, startRev, err := s.cache.subscribe(ri.Resource, fromRev, initial, f)
 	if errors.Is(err, errTooOld) {
@@ -139,6 +140,11 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, ri *request
 				// stream makes the client re-watch or re-list.
 				return nil
 			}
+			if ev.rev <= fromRev {
+				// Only before the hub reaches a resourceVersion it had
+				// not reached when the watch began.
+				continue
+			}
 			lastRev = ev.rev
 			if line := enc.encode(ev, f); line != nil && !send(line) {
 				return nil
@@ -149,6 +155,9 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, ri *request
 		case <-tick:
 			if rev, caughtUp := s.cache.quiescentRev(watcher); caughtUp && rev > lastRev {
 				lastRev = rev
+			}
+			if lastRev < fromRev {
+				continue
 			}
 			if !send(enc.bookmark(lastRev, false)) {
 				return nil
