@@ -33,6 +33,16 @@ const (
 	// AnnotationConfigHash is a static pod's UID, the hash of its manifest;
 	// its mirror pod carries the same value in AnnotationMirrorPod.
 	AnnotationConfigHash = "kubernetes.io/config.hash"
+	// AnnotationServiceEndpoint on a static pod ("true") asks for its mirror
+	// pod to be an endpoint of the Services that select it; only Services
+	// with AnnotationMirrorEndpoints take it. Other mirror pods are never
+	// endpoints, whatever their labels.
+	AnnotationServiceEndpoint = "flotilla.dev/service-endpoint"
+	// AnnotationMirrorEndpoints on a Service ("true") takes the mirror pods
+	// its selector matches and that ask for it (AnnotationServiceEndpoint)
+	// among its endpoints. Devices write their mirror pods, never Services:
+	// this is the hub's side of the decision.
+	AnnotationMirrorEndpoints = "flotilla.dev/mirror-endpoints"
 	// LabelServiceName ties an EndpointSlice to its Service.
 	LabelServiceName = "kubernetes.io/service-name"
 	// LabelManagedBy names the controller that owns an EndpointSlice.

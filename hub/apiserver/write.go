@@ -70,7 +70,7 @@ func (s *Server) create(ctx context.Context, res *api.Resource, obj runtime.Obje
 			return nil, nil, err
 		}
 	}
-	if err := s.admit(ctx, obj, nil); err != nil {
+	if err := s.admit(s.withLookup(ctx), obj, nil); err != nil {
 		return nil, nil, err
 	}
 	release, err := s.admitCreate(ctx, res, obj, dryRun)
@@ -197,7 +197,7 @@ func (s *Server) update(ctx context.Context, res *api.Resource, ns, name, subres
 		if err != nil {
 			return nil, nil, false, err
 		}
-		if err := s.admit(ctx, obj, cur); err != nil {
+		if err := s.admit(s.withLookup(ctx), obj, cur); err != nil {
 			return nil, nil, false, err
 		}
 		m, _ := meta.Accessor(obj)
@@ -382,7 +382,7 @@ func (s *Server) delete(ctx context.Context, res *api.Resource, ns, name string,
 		}
 		m, _ := meta.Accessor(cur)
 		m.SetResourceVersion(strconv.FormatInt(kv.ModRevision, 10))
-		if err := s.admit(ctx, nil, cur); err != nil {
+		if err := s.admit(s.withLookup(ctx), nil, cur); err != nil {
 			return nil, nil, err
 		}
 		if p := opts.Preconditions; p != nil {

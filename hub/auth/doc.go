@@ -3,11 +3,14 @@
 // pods need, and the NodeRestriction admission that checks, object by
 // object, the writes a device makes (its own Node without changing the
 // labels and taints that decide its workloads, its own Lease, the status
-// and deletion of its own pods, mirror pods of its static pods).
+// and deletion of its own pods with addresses from its own pod CIDR or
+// host, mirror pods of its static pods that no controller can take for its
+// own, Events about its own Node and pods).
 //
 // The authorizer decides from the request alone plus a graph of which pods
 // are bound to which node and which Secrets and ConfigMaps they reference
 // (Graph, fed by a watch of pods through the hub's own API). Admission sees
 // the stored object, so it is the authoritative check where the graph could
-// lag a moment behind.
+// lag a moment behind; it reads the objects it judges a write against (the
+// device's Node, the pod an Event is about) through apiserver.LookupFrom.
 package auth

@@ -3,6 +3,7 @@ package auth_test
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 
 	"flotilla.dev/flotilla/api"
@@ -61,6 +63,26 @@ func mirror(p *corev1.Pod) {
 	p.Annotations = map[string]string{api.AnnotationMirrorPod: "hash"}
 }
 
+func event(name, ns string, about corev1.ObjectReference) *corev1.Event {
+	return &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, InvolvedObject: about,
+		Reason: "Started", Message: "started", Type: "Normal"}
+}
+
+// setPodIP writes the pod's addresses in its status, as a device's
+// status manager does.
+func setPodIP(ctx context.Context, pods typedcorev1.PodInterface, name string, ips ...string) error {
+	p, err := pods.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	p.Status.PodIP, p.Status.PodIPs = ips[0], nil
+	for _, ip := range ips {
+		p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
+	}
+	_, err = pods.UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	return err
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -77,10 +99,11 @@ func TestNodeAuthorization(t *testing.T) {
 	admin := h.Client
 	core := admin.CoreV1()
 
-	for _, n := range []string{"a", "b"} {
+	for i, n := range []string{"a", "b"} {
 		_, err := core.Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n,
 			Labels: map[string]string{"site": "shop-1", api.LabelHostname: n}},
-			Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "dedicated", Value: "kiosk", Effect: corev1.TaintEffectNoSchedule}}}}, metav1.CreateOptions{})
+			Spec:   corev1.NodeSpec{Taints: []corev1.Taint{{Key: "dedicated", Value: "kiosk", Effect: corev1.TaintEffectNoSchedule}}},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.0.2.%d", i+10)}}}}, metav1.CreateOptions{})
 		must(t, err)
 		_, err = admin.CoordinationV1().Leases(api.NamespaceNodeLease).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
 		must(t, err)
@@ -96,6 +119,7 @@ func TestNodeAuthorization(t *testing.T) {
 		pod("pa-going", "a"),
 		pod("pb", "b", usesSecretAndConfigMap("sb", "csb")),
 		pod("unbound", ""),
+		pod("pa-host", "a", func(p *corev1.Pod) { p.Spec.HostNetwork = true }),
 	} {
 		_, err := core.Pods("default").Create(ctx, p, metav1.CreateOptions{})
 		must(t, err)
@@ -105,6 +129,15 @@ func TestNodeAuthorization(t *testing.T) {
 	_, err := core.Services("default").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}, metav1.CreateOptions{})
 	must(t, err)
+
+	// Events the devices did not write.
+	for _, e := range []*corev1.Event{
+		{ObjectMeta: metav1.ObjectMeta{Name: "pb.1", Namespace: "default"}, InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "pb"}, Reason: "Started", Type: "Normal"},
+		{ObjectMeta: metav1.ObjectMeta{Name: "pa.0", Namespace: "default"}, InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "pa"}, Reason: "Pulled", Type: "Normal"},
+	} {
+		_, err := core.Events("default").Create(ctx, e, metav1.CreateOptions{})
+		must(t, err)
+	}
 
 	a := clientAs(t, h, "system:node:a", []string{auth.GroupNodes}, time.Hour)
 	pods := a.CoreV1().Pods("default")
@@ -323,6 +356,83 @@ func TestNodeAuthorization(t *testing.T) {
 			return err
 		}},
 		{"list events", false, func() error { _, err := a.CoreV1().Events("").List(ctx, metav1.ListOptions{}); return err }},
+		{"create event about own node", true, func() error {
+			_, err := a.CoreV1().Events("default").Create(ctx, event("a.1", "default", corev1.ObjectReference{Kind: "Node", Name: "a"}), metav1.CreateOptions{})
+			return err
+		}},
+		{"create event about another node", false, func() error {
+			_, err := a.CoreV1().Events("default").Create(ctx, event("b.1", "default", corev1.ObjectReference{Kind: "Node", Name: "b"}), metav1.CreateOptions{})
+			return err
+		}},
+		{"create event about another node's pod", false, func() error {
+			_, err := a.CoreV1().Events("default").Create(ctx, event("pb.2", "default", corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "pb"}), metav1.CreateOptions{})
+			return err
+		}},
+		{"create event about an unbound pod", false, func() error {
+			_, err := a.CoreV1().Events("default").Create(ctx, event("unbound.1", "default", corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "unbound"}), metav1.CreateOptions{})
+			return err
+		}},
+		{"create event about a pod that does not exist", false, func() error {
+			_, err := a.CoreV1().Events("default").Create(ctx, event("ghost.1", "default", corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "ghost"}), metav1.CreateOptions{})
+			return err
+		}},
+		{"create event about a deployment", false, func() error {
+			_, err := a.CoreV1().Events("default").Create(ctx, event("web.1", "default", corev1.ObjectReference{Kind: "Deployment", APIVersion: "apps/v1", Namespace: "default", Name: "web"}), metav1.CreateOptions{})
+			return err
+		}},
+		{"patch an event about own pod", true, func() error {
+			_, err := a.CoreV1().Events("default").Patch(ctx, "pa.0", types.MergePatchType, []byte(`{"count":2}`), metav1.PatchOptions{})
+			return err
+		}},
+		{"patch an event about another node's pod", false, func() error {
+			_, err := a.CoreV1().Events("default").Patch(ctx, "pb.1", types.MergePatchType, []byte(`{"message":"all is well"}`), metav1.PatchOptions{})
+			return err
+		}},
+		{"turn an event about own pod into one about another node's", false, func() error {
+			_, err := a.CoreV1().Events("default").Patch(ctx, "pa.0", types.MergePatchType, []byte(`{"involvedObject":{"name":"pb"}}`), metav1.PatchOptions{})
+			return err
+		}},
+		{"create mirror pod owned by its node", false, func() error {
+			_, err := pods.Create(ctx, pod("static-owned", "a", mirror, func(p *corev1.Pod) {
+				p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "a", UID: "x"}}
+			}), metav1.CreateOptions{})
+			return err
+		}},
+		{"create mirror pod with a controller's label", false, func() error {
+			_, err := pods.Create(ctx, pod("static-hash", "a", mirror, func(p *corev1.Pod) {
+				p.Labels = map[string]string{"app": "web", "pod-template-hash": "6f7d8b9c5"}
+			}), metav1.CreateOptions{})
+			return err
+		}},
+		{"create mirror pod with a source label", false, func() error {
+			_, err := pods.Create(ctx, pod("static-source", "a", mirror, func(p *corev1.Pod) {
+				p.Labels = map[string]string{api.LabelSource: "flotilla-system.default"}
+			}), metav1.CreateOptions{})
+			return err
+		}},
+		{"create mirror pod with a pod-deletion-cost", false, func() error {
+			_, err := pods.Create(ctx, pod("static-cost", "a", mirror, func(p *corev1.Pod) {
+				p.Annotations[auth.AnnotationPodDeletionCost] = "1000"
+			}), metav1.CreateOptions{})
+			return err
+		}},
+		{"create labelled mirror pod", true, func() error {
+			_, err := pods.Create(ctx, pod("static-web", "a", mirror, func(p *corev1.Pod) {
+				p.Labels = map[string]string{"app": "web", "app.kubernetes.io/name": "web"}
+			}), metav1.CreateOptions{})
+			return err
+		}},
+		{"report own pod's address before it has a pod CIDR", false, func() error { return setPodIP(ctx, pods, "pa", "10.42.1.7") }},
+		{"(the hub assigns the pod CIDR)", true, func() error {
+			_, err := core.Nodes().Patch(ctx, "a", types.MergePatchType, []byte(`{"spec":{"podCIDR":"10.42.1.0/24","podCIDRs":["10.42.1.0/24"]}}`), metav1.PatchOptions{})
+			return err
+		}},
+		{"report own pod's address in its pod CIDR", true, func() error { return setPodIP(ctx, pods, "pa", "10.42.1.7") }},
+		{"report own pod's address outside its pod CIDR", false, func() error { return setPodIP(ctx, pods, "pa", "10.42.2.7") }},
+		{"report a second address outside its pod CIDR", false, func() error { return setPodIP(ctx, pods, "pa", "10.42.1.7", "fd00::7") }},
+		{"report own host-network pod's address as the node's", true, func() error { return setPodIP(ctx, pods, "pa-host", "192.0.2.10") }},
+		{"report own host-network pod's address as another node's", false, func() error { return setPodIP(ctx, pods, "pa-host", "192.0.2.11") }},
+		{"report own host-network pod's address in its pod CIDR", false, func() error { return setPodIP(ctx, pods, "pa-host", "10.42.1.9") }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sort"
 	"strings"
@@ -61,7 +62,9 @@ func (NodeRestriction) Admit(ctx context.Context, a apiserver.Attributes, obj, o
 	var err error
 	switch firstNonNil(obj, old).(type) {
 	case *corev1.Pod:
-		err = admitPod(node, a, podOf(obj), podOf(old))
+		err = admitPod(ctx, node, a, podOf(obj), podOf(old))
+	case *corev1.Event:
+		err = admitEvent(ctx, node, eventOf(obj), eventOf(old))
 	case *corev1.Node:
 		err = admitNode(ctx, node, a, nodeOf(obj), nodeOf(old))
 	case *coordinationv1.Lease:
@@ -89,6 +92,11 @@ func firstNonNil(a, b runtime.Object) runtime.Object {
 func podOf(o runtime.Object) *corev1.Pod {
 	p, _ := o.(*corev1.Pod)
 	return p
+}
+
+func eventOf(o runtime.Object) *corev1.Event {
+	e, _ := o.(*corev1.Event)
+	return e
 }
 
 func nodeOf(o runtime.Object) *corev1.Node {
@@ -127,27 +135,10 @@ func admitMirrorByPerson(a apiserver.Attributes, obj, old *corev1.Pod) error {
 	return nil
 }
 
-func admitPod(node string, a apiserver.Attributes, obj, old *corev1.Pod) error {
+func admitPod(ctx context.Context, node string, a apiserver.Attributes, obj, old *corev1.Pod) error {
 	switch {
 	case old == nil: // create
-		if !isMirror(obj) {
-			return fmt.Errorf("node restriction: devices may create only mirror pods of their static pods (annotation %s)", api.AnnotationMirrorPod)
-		}
-		if obj.Spec.NodeName != node {
-			return fmt.Errorf("node restriction: device %s may create mirror pods only bound to itself (spec.nodeName %q)", node, obj.Spec.NodeName)
-		}
-		if s, c := podReferences(obj); len(s)+len(c) > 0 {
-			return fmt.Errorf("node restriction: a mirror pod may not reference Secrets or ConfigMaps (%s)", strings.Join(append(s, c...), ", "))
-		}
-		if obj.Spec.ServiceAccountName != "" {
-			return errors.New("node restriction: a mirror pod may not use a service account")
-		}
-		for _, r := range obj.OwnerReferences {
-			if r.Kind != "Node" || r.Name != node {
-				return fmt.Errorf("node restriction: a mirror pod may be owned only by its Node, not %s %s", r.Kind, r.Name)
-			}
-		}
-		return nil
+		return admitMirrorPod(node, obj)
 	case obj == nil: // delete
 		if old.Spec.NodeName != node {
 			return fmt.Errorf("node restriction: device %s may delete only pods bound to it", node)
@@ -163,8 +154,196 @@ func admitPod(node string, a apiserver.Attributes, obj, old *corev1.Pod) error {
 		if a.Subresource != "status" {
 			return errors.New("node restriction: devices may write only the status of their pods")
 		}
+		return admitPodAddresses(ctx, node, obj, old)
+	}
+}
+
+// mirrorReservedLabels are the labels the hub's controllers (and
+// Kubernetes') give the pods they make, which their selectors count on:
+// pods a device makes may not carry them. Labels under
+// reservedLabelPrefix are the hub's own (GitSource inventories).
+var mirrorReservedLabels = []string{
+	api.LabelPodTemplateHash, "controller-revision-hash", "pod-template-generation",
+	"statefulset.kubernetes.io/pod-name", "apps.kubernetes.io/pod-index",
+	"controller-uid", "job-name", "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name",
+}
+
+const reservedLabelPrefix = "flotilla.dev/"
+
+// AnnotationPodDeletionCost is Kubernetes' annotation that orders a
+// ReplicaSet's scale-down; a device may not set it on the pods it makes.
+const AnnotationPodDeletionCost = "controller.kubernetes.io/pod-deletion-cost"
+
+// admitMirrorPod: the only pods a device makes are the mirrors of its
+// static pods. They stand for what the device runs, and nothing on the hub
+// may take them for its own: no owner references (no controller adopts or
+// collects them), none of the labels controllers select their pods by, no
+// say in a ReplicaSet's scale-down, no Secrets, ConfigMaps or service
+// account (the device could read them through the pod).
+func admitMirrorPod(node string, obj *corev1.Pod) error {
+	if !isMirror(obj) {
+		return fmt.Errorf("node restriction: devices may create only mirror pods of their static pods (annotation %s)", api.AnnotationMirrorPod)
+	}
+	if obj.Spec.NodeName != node {
+		return fmt.Errorf("node restriction: device %s may create mirror pods only bound to itself (spec.nodeName %q)", node, obj.Spec.NodeName)
+	}
+	if s, c := podReferences(obj); len(s)+len(c) > 0 {
+		return fmt.Errorf("node restriction: a mirror pod may not reference Secrets or ConfigMaps (%s)", strings.Join(append(s, c...), ", "))
+	}
+	if obj.Spec.ServiceAccountName != "" {
+		return errors.New("node restriction: a mirror pod may not use a service account")
+	}
+	if len(obj.OwnerReferences) > 0 {
+		r := obj.OwnerReferences[0]
+		return fmt.Errorf("node restriction: a mirror pod may have no owner references (it has %s %s): it belongs to the device's manifests dir, not to an object on the hub", r.Kind, r.Name)
+	}
+	keys := make([]string, 0, len(obj.Labels))
+	for k := range obj.Labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if slices.Contains(mirrorReservedLabels, k) || strings.HasPrefix(k, reservedLabelPrefix) {
+			return fmt.Errorf("node restriction: a mirror pod may not carry the label %q: the hub's controllers and sources select their own pods by it", k)
+		}
+	}
+	if _, ok := obj.Annotations[AnnotationPodDeletionCost]; ok {
+		return fmt.Errorf("node restriction: a mirror pod may not carry the annotation %s, which orders a ReplicaSet's scale-down", AnnotationPodDeletionCost)
+	}
+	return nil
+}
+
+var nodesGVR = corev1.SchemeGroupVersion.WithResource("nodes")
+var podsGVR = corev1.SchemeGroupVersion.WithResource("pods")
+
+// admitPodAddresses: the addresses a device reports for its pods become
+// Service endpoints, so they must be the device's own: in its pod CIDR, or
+// for a hostNetwork pod one of the Node's addresses. Addresses the pod
+// already had are kept as they are (a pod CIDR that moved is the device's
+// to catch up with, by restarting the pod).
+func admitPodAddresses(ctx context.Context, node string, obj, old *corev1.Pod) error {
+	ips := podIPs(obj)
+	if len(ips) == 0 || slices.Equal(ips, podIPs(old)) {
 		return nil
 	}
+	lookup := apiserver.LookupFrom(ctx)
+	if lookup == nil {
+		return errors.New("node restriction: the pod's addresses cannot be checked against its Node here")
+	}
+	o, err := lookup.Get(ctx, nodesGVR, "", node)
+	if err != nil {
+		return fmt.Errorf("node restriction: the addresses of pod %s/%s cannot be checked against Node %s: %v", obj.Namespace, obj.Name, node, err)
+	}
+	n := o.(*corev1.Node)
+	if obj.Spec.HostNetwork {
+		var own []string
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP {
+				if addr, err := netip.ParseAddr(a.Address); err == nil {
+					own = append(own, addr.Unmap().String())
+				}
+			}
+		}
+		for _, ip := range ips {
+			if !slices.Contains(own, ip.String()) {
+				return fmt.Errorf("node restriction: pod %s/%s uses the host's network, and %s is not an address of Node %s (%s)",
+					obj.Namespace, obj.Name, ip, node, strings.Join(own, ", "))
+			}
+		}
+		return nil
+	}
+	cidrs := n.Spec.PodCIDRs
+	if n.Spec.PodCIDR != "" && !slices.Contains(cidrs, n.Spec.PodCIDR) {
+		cidrs = append([]string{n.Spec.PodCIDR}, cidrs...)
+	}
+	for _, ip := range ips {
+		in := false
+		for _, c := range cidrs {
+			if p, err := netip.ParsePrefix(c); err == nil && p.Contains(ip) {
+				in = true
+				break
+			}
+		}
+		if !in {
+			if len(cidrs) == 0 {
+				return fmt.Errorf("node restriction: pod %s/%s reports the address %s, but Node %s has no pod CIDR yet", obj.Namespace, obj.Name, ip, node)
+			}
+			return fmt.Errorf("node restriction: pod %s/%s reports the address %s, outside the pod CIDR of Node %s (%s)",
+				obj.Namespace, obj.Name, ip, node, strings.Join(cidrs, ", "))
+		}
+	}
+	return nil
+}
+
+// podIPs are the addresses in a pod's status, sorted, without duplicates;
+// an unparsable one is kept as the invalid address (never in any range).
+func podIPs(p *corev1.Pod) []netip.Addr {
+	var out []netip.Addr
+	add := func(s string) {
+		if s == "" {
+			return
+		}
+		a, _ := netip.ParseAddr(s)
+		a = a.Unmap()
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	add(p.Status.PodIP)
+	for _, ip := range p.Status.PodIPs {
+		add(ip.IP)
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return out
+}
+
+// admitEvent: a device writes Events about its own Node (in the namespace
+// default, as the kubelet does) and about the pods bound to it (in the
+// pod's namespace); an update must also have been about them before.
+func admitEvent(ctx context.Context, node string, obj, old *corev1.Event) error {
+	for _, e := range []*corev1.Event{old, obj} {
+		if e == nil {
+			continue
+		}
+		if err := eventAboutOwn(ctx, node, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func eventAboutOwn(ctx context.Context, node string, e *corev1.Event) error {
+	ref := e.InvolvedObject
+	switch {
+	case ref.Kind == "Node" && (ref.APIVersion == "" || ref.APIVersion == "v1"):
+		if ref.Name != node {
+			return fmt.Errorf("node restriction: device %s may write Events only about its own Node and pods, not Node %q", node, ref.Name)
+		}
+		if e.Namespace != api.NamespaceDefault {
+			return fmt.Errorf("node restriction: Events about Node %s go in the namespace %s, not %q", node, api.NamespaceDefault, e.Namespace)
+		}
+		return nil
+	case ref.Kind == "Pod" && (ref.APIVersion == "" || ref.APIVersion == "v1"):
+		if ref.Namespace != e.Namespace {
+			return fmt.Errorf("node restriction: an Event about pod %s/%s goes in the pod's namespace, not %q", ref.Namespace, ref.Name, e.Namespace)
+		}
+		lookup := apiserver.LookupFrom(ctx)
+		if lookup == nil {
+			return errors.New("node restriction: the Event's pod cannot be checked here")
+		}
+		o, err := lookup.Get(ctx, podsGVR, ref.Namespace, ref.Name)
+		if err != nil {
+			if apierrors.IsNotFound(err) {
+				return fmt.Errorf("node restriction: device %s may write Events only about its own Node and pods, and pod %s/%s does not exist", node, ref.Namespace, ref.Name)
+			}
+			return fmt.Errorf("node restriction: the Event's pod %s/%s cannot be checked: %v", ref.Namespace, ref.Name, err)
+		}
+		if o.(*corev1.Pod).Spec.NodeName != node {
+			return fmt.Errorf("node restriction: device %s may write Events only about its own Node and pods, and pod %s/%s is not bound to it", node, ref.Namespace, ref.Name)
+		}
+		return nil
+	}
+	return fmt.Errorf("node restriction: device %s may write Events only about its own Node and pods, not about %s %s/%s", node, ref.Kind, ref.Namespace, ref.Name)
 }
 
 func admitNode(ctx context.Context, node string, a apiserver.Attributes, obj, old *corev1.Node) error {

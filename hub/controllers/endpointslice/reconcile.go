@@ -36,7 +36,7 @@ type desired struct {
 func Desired(svc *corev1.Service, pods []*corev1.Pod, nodeZone func(node string) string) desired {
 	d := desired{ports: map[string][]discoveryv1.EndpointPort{}, endpoints: map[string]map[string]discoveryv1.Endpoint{}}
 	for _, pod := range pods {
-		if !includePod(pod) {
+		if !includePod(pod) || !mirrorMayServe(svc, pod) {
 			continue
 		}
 		ip := podIPv4(pod)
@@ -64,6 +64,17 @@ func includePod(pod *corev1.Pod) bool {
 		return pod.Status.Phase != corev1.PodSucceeded
 	}
 	return true
+}
+
+// mirrorMayServe: a mirror pod (a device's static pod) is an endpoint only
+// when both sides ask: the static manifest (AnnotationServiceEndpoint)
+// and the Service (AnnotationMirrorEndpoints), which devices cannot write.
+// A device's word alone must not draw a Service's traffic to it.
+func mirrorMayServe(svc *corev1.Service, pod *corev1.Pod) bool {
+	if !replicaset.IsMirror(pod) {
+		return true
+	}
+	return pod.Annotations[api.AnnotationServiceEndpoint] == "true" && svc.Annotations[api.AnnotationMirrorEndpoints] == "true"
 }
 
 func podIPv4(pod *corev1.Pod) string {

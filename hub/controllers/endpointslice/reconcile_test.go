@@ -3,6 +3,7 @@ package endpointslice
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -102,6 +103,39 @@ func TestSlicesOfAtMost100(t *testing.T) {
 	}
 	if total != 250 {
 		t.Fatalf("%d endpoints, want 250", total)
+	}
+}
+
+// TestMirrorPodsServeOnlyWhenBothAsk: a device writes its mirror pods,
+// labels included; one is an endpoint only when its static manifest asks
+// and the Service takes mirror pods.
+func TestMirrorPodsServeOnlyWhenBothAsk(t *testing.T) {
+	mirror := func(i int, ask bool) *corev1.Pod {
+		p := pod(i, true, 8080)
+		p.Annotations = map[string]string{api.AnnotationMirrorPod: "hash"}
+		if ask {
+			p.Annotations[api.AnnotationServiceEndpoint] = "true"
+		}
+		return p
+	}
+	pods := []*corev1.Pod{pod(1, true, 8080), mirror(2, false), mirror(3, true)}
+	addresses := func(svc *corev1.Service) []string {
+		var out []string
+		for _, eps := range Desired(svc, pods, nil).endpoints {
+			for _, ep := range eps {
+				out = append(out, ep.Addresses...)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	svc := service(httpPort)
+	if got := addresses(svc); !slices.Equal(got, []string{"10.42.0.3"}) {
+		t.Errorf("a Service that takes no mirror pods: endpoints %v, want only the ordinary pod's", got)
+	}
+	svc.Annotations = map[string]string{api.AnnotationMirrorEndpoints: "true"}
+	if got := addresses(svc); !slices.Equal(got, []string{"10.42.0.3", "10.42.0.5"}) {
+		t.Errorf("a Service that takes mirror pods: endpoints %v, want the ordinary pod's and the mirror pod's that asks", got)
 	}
 }
 

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
+
+	"flotilla.dev/flotilla/api"
 )
 
 func TestCreatesPodsOnceUntilObserved(t *testing.T) {
@@ -196,6 +198,37 @@ func TestAdoptAndRelease(t *testing.T) {
 	// orphan + kept make 2: nothing to create or delete.
 	if n := len(e.actions("create", "pods")) + len(e.actions("delete", "pods")); n != 0 {
 		t.Errorf("%d creations/deletions, want none", n)
+	}
+}
+
+// TestMirrorPodsAreNeverClaimed: a device's mirror pods may match a
+// ReplicaSet's selector; they are neither adopted nor counted, and the
+// ReplicaSet makes its own replicas (the issue 17 takeover: fakes adopted,
+// real replicas never made or deleted).
+func TestMirrorPodsAreNeverClaimed(t *testing.T) {
+	rs := newRS("web", 2)
+	mirrorOf := func(p *corev1.Pod) *corev1.Pod {
+		p.Annotations = map[string]string{api.AnnotationMirrorPod: "hash", AnnotationPodDeletionCost: "2147483647"}
+		return p
+	}
+	orphan := mirrorOf(ownedPod(&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"}}, "fake-evil", "evil", corev1.PodRunning, t0.Add(-time.Hour)))
+	orphan.OwnerReferences = nil
+	// One that was adopted before the hub refused it keeps its reference
+	// but is not counted either.
+	adopted := mirrorOf(ownedPod(rs, "old-fake-evil", "evil", corev1.PodRunning, t0.Add(-time.Hour)))
+	e := newEnv(t, rs, orphan, adopted)
+	e.addToCache(t, rs, orphan, adopted)
+	if err := e.c.sync(ctx, "default/web"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.actions("patch", "pods")); n != 0 {
+		t.Errorf("%d pod patches (adoptions or releases), want none", n)
+	}
+	if n := len(e.actions("delete", "pods")); n != 0 {
+		t.Errorf("%d pod deletions, want none", n)
+	}
+	if n := len(e.actions("create", "pods")); n != 2 {
+		t.Errorf("%d pods created, want the 2 replicas", n)
 	}
 }
 
