@@ -83,6 +83,13 @@ func TestNodeLabelRules(t *testing.T) {
 		{map[string]string{"site": "x"}, map[string]string{}, false},
 		{map[string]string{"site": "x"}, map[string]string{"site": "y"}, false},
 		{map[string]string{"topology.kubernetes.io/zone": "z1"}, map[string]string{"topology.kubernetes.io/zone": "z2"}, false},
+		// The autonomy label is an admin's, though under node.flotilla.dev/:
+		// not at registration, not added, changed or removed.
+		{nil, map[string]string{"node.flotilla.dev/autonomy": "true"}, false},
+		{map[string]string{}, map[string]string{"node.flotilla.dev/autonomy": "true"}, false},
+		{map[string]string{"node.flotilla.dev/autonomy": "false"}, map[string]string{"node.flotilla.dev/autonomy": "true"}, false},
+		{map[string]string{"node.flotilla.dev/autonomy": "true"}, map[string]string{}, false},
+		{map[string]string{"node.flotilla.dev/autonomy": "true"}, map[string]string{"node.flotilla.dev/autonomy": "true", "node.flotilla.dev/x": "1"}, true},
 	}
 	for _, tc := range cases {
 		err := checkLabels("a", tc.old, tc.cur)
