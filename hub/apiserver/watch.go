@@ -35,15 +35,9 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, ri *request
 	rv := q.Get("resourceVersion")
 	sendInitial := q.Get("sendInitialEvents")
 	bookmarks := isTrue(q.Get("allowWatchBookmarks"))
-	timeout := time.Duration(30+rand.IntN(30)) * time.Minute
-	if v := q.Get("timeoutSeconds"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return badRequest("timeoutSeconds %q is not a valid number of seconds", v)
-		}
-		if n > 0 {
-			timeout = time.Duration(n) * time.Second
-		}
+	timeout, err := s.watchTimeout(q.Get("timeoutSeconds"))
+	if err != nil {
+		return err
 	}
 	var fromRev int64
 	initial := false
@@ -169,6 +163,33 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, ri *request
 			return nil
 		}
 	}
+}
+
+// watchTimeout is how long a watch lasts: the client's timeoutSeconds
+// when it is at most MinWatchTimeout, otherwise (more, or none) a random
+// duration between MinWatchTimeout and twice it, and never more than the
+// client asked for. No watch lasts for ever, and a hub's watches do not
+// all end together. kube-apiserver gives watches without timeoutSeconds
+// the same (--min-request-timeout, 1800 s); client-go's reflectors ask for
+// 5 to 10 minutes, which is served as asked.
+func (s *Server) watchTimeout(v string) (time.Duration, error) {
+	least := s.limits.minWatchTimeout
+	jittered := least + rand.N(least)
+	if v == "" {
+		return jittered, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, badRequest("timeoutSeconds %q is not a valid number of seconds", v)
+	}
+	asked := time.Duration(min(n, 1<<32)) * time.Second
+	switch {
+	case n == 0:
+		return jittered, nil
+	case asked <= least:
+		return asked, nil
+	}
+	return min(asked, jittered), nil
 }
 
 // quiescentRev returns the cache revision if the watcher has consumed
