@@ -281,7 +281,8 @@ func (e EtcdConfig) TLSConfig() (*tls.Config, error) {
 // openSecurity wraps the store so Secrets are encrypted at rest (key in
 // DATA_DIR/pki/secrets.key) and opens the audit log.
 func openSecurity(cfg Config, st store.Store) (*secrets.Store, *audit.Log, error) {
-	key, err := secrets.LoadOrCreateKey(filepath.Join(cfg.DataDir, "pki", secrets.KeyFile))
+	keyFile := filepath.Join(cfg.DataDir, "pki", secrets.KeyFile)
+	key, err := secrets.LoadOrCreateKey(keyFile)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -289,6 +290,7 @@ func openSecurity(cfg Config, st store.Store) (*secrets.Store, *audit.Log, error
 	if err != nil {
 		return nil, nil, err
 	}
+	sec.KeyFile = keyFile // named in the errors about Secrets it cannot open
 	if n, err := sec.EncryptExisting(context.Background()); err != nil {
 		return nil, nil, err
 	} else if n > 0 {

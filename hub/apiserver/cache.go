@@ -82,6 +82,10 @@ type watchCache struct {
 	changed  chan struct{} // closed and replaced whenever rev moves
 	ready    chan struct{}
 	metrics  *metrics
+	// unreadable are the objects of the store it cannot read, and reports
+	// the Events to write about them (unreadable.go).
+	unreadable map[*api.Resource]map[string]unreadableObject
+	reports    chan unreadableReport
 }
 
 type cacheWatcher struct {
@@ -103,6 +107,8 @@ func newWatchCache(log *slog.Logger, st store.Store, window, bufferSize int, m *
 		changed:    make(chan struct{}),
 		ready:      make(chan struct{}),
 		metrics:    m,
+		unreadable: map[*api.Resource]map[string]unreadableObject{},
+		reports:    make(chan unreadableReport, reportQueue),
 	}
 	for _, r := range api.Resources() {
 		c.objects[r] = map[string]*cachedObject{}
@@ -141,9 +147,14 @@ func (c *watchCache) loadAndFollow(ctx context.Context, first bool) error {
 	for _, r := range api.Resources() {
 		objects[r] = map[string]*cachedObject{}
 	}
+	unreadable := map[*api.Resource]map[string]unreadableObject{}
 	for _, kv := range kvs {
 		res, ns, name, ok := parseKey(kv.Key)
 		if !ok {
+			continue
+		}
+		if err := c.checkUnreadable(kv); err != nil {
+			addUnreadable(unreadable, res, unreadableObject{namespace: ns, name: name, rev: kv.ModRevision, err: err})
 			continue
 		}
 		co, err := c.decode(res, kv.Value, kv.ModRevision)
@@ -155,6 +166,7 @@ func (c *watchCache) loadAndFollow(ctx context.Context, first bool) error {
 	}
 	c.mu.Lock()
 	c.objects = objects
+	c.setUnreadableLocked(unreadable)
 	c.rev = rev
 	c.oldest = rev
 	c.ringLen = 0
@@ -206,6 +218,12 @@ func (c *watchCache) apply(ev store.Event) {
 	res, ns, name, ok := parseKey(ev.KV.Key)
 	rev := ev.KV.ModRevision
 	var ce *cacheEvent
+	var unreadable error
+	if ok {
+		if unreadable = c.checkUnreadable(ev.KV); unreadable != nil {
+			ok = false
+		}
+	}
 	if ok {
 		co, err := c.decode(res, ev.KV.Value, rev)
 		if err != nil {
@@ -220,7 +238,11 @@ func (c *watchCache) apply(ev store.Event) {
 	if rev > c.rev {
 		c.rev = rev
 	}
+	if unreadable != nil {
+		c.applyUnreadableLocked(ev, res, ns, name, unreadable)
+	}
 	if ok {
+		delete(c.unreadable[res], ce.key)
 		objs := c.objects[res]
 		ce.prev = objs[ce.key]
 		switch {

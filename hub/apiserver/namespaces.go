@@ -72,6 +72,12 @@ func (s *Server) finalizeNamespace(ctx context.Context, name string) error {
 				return err
 			}
 		}
+		for _, n := range s.cache.unreadableIn(res, name) {
+			remaining++
+			if _, _, err := s.delete(ctx, res, name, n, &metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
 	}
 	if remaining > 0 {
 		return nil

@@ -102,6 +102,9 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, ri *requestIn
 	}
 	co := s.cache.get(ri.Resource, ri.Namespace, ri.Name)
 	if co == nil {
+		if err := s.cache.readError(ri.Resource, ri.Namespace, ri.Name); err != nil {
+			return apierrors.NewInternalError(err)
+		}
 		return apierrors.NewNotFound(ri.Resource.GVR.GroupResource(), ri.Name)
 	}
 	return s.writeObject(w, r, ri.Resource, http.StatusOK, co.obj, co.raw)

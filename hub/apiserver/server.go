@@ -131,6 +131,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	close(s.ready)
 	go s.runNamespaceFinalizer(ctx)
+	go s.recordUnreadable(ctx)
 	s.log.Info("api server ready", "revision", s.cache.revision())
 	select {
 	case err := <-errc:

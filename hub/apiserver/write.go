@@ -373,6 +373,9 @@ func (s *Server) delete(ctx context.Context, res *api.Resource, ns, name string,
 	key := objectKey(res, ns, name)
 	for attempt := 0; attempt < 100; attempt++ {
 		kv, err := s.store.Get(ctx, key)
+		if s.storedUnreadable(kv, err) {
+			return s.deleteUnreadable(ctx, res, ns, name, kv, opts)
+		}
 		if err != nil {
 			return nil, nil, toStatusError(err, res, name)
 		}
