@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"flotilla.dev/flotilla/internal/hubconn"
+
 	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/v1alpha1"
 )
@@ -33,7 +35,10 @@ type Clients struct {
 
 // ConfigFlags are the global flags that choose the hub and namespace.
 type ConfigFlags struct {
-	Kubeconfig    string
+	Kubeconfig string
+	// Hub replaces the kubeconfig's server: one URL, or several
+	// comma-separated (hubs sharing an etcd; whichever answers).
+	Hub           string
 	Context       string
 	Namespace     string
 	AllNamespaces bool
@@ -84,6 +89,19 @@ func (f *ConfigFlags) RESTConfig(getenv func(string) string) (*rest.Config, stri
 	ns, _, err := cc.Namespace()
 	if err != nil {
 		return nil, "", fmt.Errorf("reading the namespace of the current context: %w", err)
+	}
+	hub := f.Hub
+	if hub == "" {
+		hub = getenv("FLOTILLA_HUB")
+	}
+	if hub != "" {
+		hubs, err := hubconn.ParseURLs(hub)
+		if err != nil {
+			return nil, "", fmt.Errorf("--hub: %w", err)
+		}
+		if _, err := hubconn.Apply(cfg, hubs, nil); err != nil {
+			return nil, "", fmt.Errorf("--hub: %w", err)
+		}
 	}
 	cfg.UserAgent = "flotctl"
 	return cfg, ns, nil

@@ -106,6 +106,7 @@ func (a *App) Command() *cobra.Command {
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.flags.Kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default $FLOTILLA_KUBECONFIG, else $KUBECONFIG, else ~/.flotilla/config)")
 	pf.StringVar(&a.flags.Context, "context", "", "the kubeconfig context to use")
+	pf.StringVar(&a.flags.Hub, "hub", "", "the hub's URL instead of the kubeconfig's server; several, comma-separated, for hubs sharing an etcd (default $FLOTILLA_HUB)")
 	pf.StringVarP(&a.flags.Namespace, "namespace", "n", "", "the namespace (default: the context's, else \"default\")")
 	root.AddCommand(a.getCommand(), a.describeCommand(), a.fleetCommand(), a.rolloutCommand(), a.logsCommand(),
 		a.applyCommand(), a.deleteCommand(), a.versionCommand(), a.completionCommand(root))

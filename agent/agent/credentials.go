@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"flotilla.dev/flotilla/agent/hubconn"
+	"flotilla.dev/flotilla/internal/hubconn"
 	"flotilla.dev/flotilla/agent/join"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/viper"
 
 	"flotilla.dev/flotilla/agent/agent"
-	"flotilla.dev/flotilla/agent/hubconn"
+	"flotilla.dev/flotilla/internal/hubconn"
 	"flotilla.dev/flotilla/agent/join"
 	"flotilla.dev/flotilla/agent/node"
 	"flotilla.dev/flotilla/agent/server"

@@ -1,5 +1,5 @@
-// Package hubconn connects an agent to its fleet's hubs when there are
-// several (hubs sharing an etcd): every connection goes to the hub that
+// Package hubconn connects an agent, or flotctl, to its fleet's hubs when
+// there are several (hubs sharing an etcd): every connection goes to the hub that
 // answered last, or to the next one that answers, and each hub is checked
 // against the name all of a fleet's hubs carry in their certificates
 // (agentapi.HubServerName), since their addresses differ. client-go's
