@@ -27,13 +27,15 @@ import (
 	"flotilla.dev/flotilla/hub/store/etcdstore/etcdtest"
 )
 
-// TestTwoHubsOnEtcd runs two hubs on one etcd, the second given a copy of
-// the first's DATA_DIR/pki as the docs say: one admin kubeconfig works on
-// both, a write on one is read and watched on the other, a stale write is
-// refused on either, and the Secret etcd holds is sealed.
+// TestTwoHubsOnEtcd runs two hubs on a three-member etcd, the second
+// given a copy of the first's DATA_DIR/pki as the docs say: one admin
+// kubeconfig works on both, a write on one is read and watched on the
+// other, a stale write is refused on either, the Secret etcd holds is
+// sealed, and losing an etcd member stops nothing.
 func TestTwoHubsOnEtcd(t *testing.T) {
-	etcd := etcdtest.Start(t, t.TempDir())
-	cfg := hubtest.Options{Store: hub.StoreEtcd, Etcd: hub.EtcdConfig{Endpoints: []string{etcd.URL}}}
+	members := etcdtest.StartCluster(t, t.TempDir(), 3)
+	etcd := members[1]
+	cfg := hubtest.Options{Store: hub.StoreEtcd, Etcd: hub.EtcdConfig{Endpoints: etcdtest.URLs(members)}}
 	a := hubtest.Start(t, cfg)
 	cfg.DataDir = t.TempDir()
 	if err := os.CopyFS(filepath.Join(cfg.DataDir, "pki"), os.DirFS(filepath.Join(a.DataDir, "pki"))); err != nil {
@@ -110,6 +112,17 @@ func TestTwoHubsOnEtcd(t *testing.T) {
 	}
 	if !sawSecret {
 		t.Fatalf("no Secret key under /flotilla/ in etcd (%d keys)", len(resp.Kvs))
+	}
+
+	// One etcd member of three goes: the hubs go on.
+	members[0].Stop()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := b.Client.CoreV1().ConfigMaps("default").Create(wctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after-loss"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a write through hub B with an etcd member gone: %v", err)
+	}
+	if _, err := a.Client.CoreV1().ConfigMaps("default").Get(wctx, "after-loss", metav1.GetOptions{}); err != nil {
+		t.Fatalf("hub A reads it: %v", err)
 	}
 }
 
