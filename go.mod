@@ -27,6 +27,7 @@ require (
 	k8s.io/component-base v0.37.2
 	k8s.io/kube-openapi v0.0.0-20260821135717-be32def86098
 	k8s.io/kubectl v0.37.2
+	k8s.io/pod-security-admission v0.37.2
 	pgregory.net/rapid v1.3.0
 	sigs.k8s.io/kustomize/api v0.21.2
 	sigs.k8s.io/kustomize/kyaml v0.21.2

@@ -17,6 +17,7 @@ import (
 
 func validateNamespace(ns *corev1.Namespace) field.ErrorList {
 	errs := objectMeta(&ns.ObjectMeta, false, nameIsDNSLabel)
+	errs = append(errs, validateNamespacePodSecurity(ns, nil)...)
 	return append(errs, validateNamespaceSpec(ns)...)
 }
 

@@ -3,8 +3,10 @@
 // port names, port ranges, probes, volumes, selectors that match template
 // labels, Service ports and cluster IPs, ConfigMap and Secret keys and size,
 // EndpointSlices, Leases, Events, Nodes, Namespaces), the rules of
-// Flotilla's GitSource, which fields an update may change, and the image
-// policy (images pinned by digest unless the hub allows tags).
+// Flotilla's GitSource, which fields an update may change, the image
+// policy (images pinned by digest unless the hub allows tags), and the pod
+// policy (PodSecurity: Kubernetes' Pod Security Standards levels, chosen per
+// namespace; the apiserver enforces it on pods with the namespace in hand).
 //
 // Errors are a field.ErrorList whose paths and types are those Kubernetes
 // reports ("spec.containers[0].name: Duplicate value"), so the apiserver

@@ -122,6 +122,7 @@ func ValidateUpdate(obj, old runtime.Object, opts Options) field.ErrorList {
 	case *corev1.Secret:
 		return append(errs, validateSecretUpdate(o, old.(*corev1.Secret))...)
 	case *corev1.Namespace:
+		errs = append(errs, validateNamespacePodSecurity(o, old.(*corev1.Namespace))...)
 		return append(errs, validateNamespaceSpec(o)...)
 	case *corev1.Node:
 		return append(errs, validateNodeUpdate(o, old.(*corev1.Node))...)

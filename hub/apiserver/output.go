@@ -73,6 +73,7 @@ func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, res *api.Re
 	if err != nil {
 		return err
 	}
+	s.podSecurityWarnings(w, r, obj)
 	switch out {
 	case outputTable:
 		t, err := printers.Table(obj, tableOptions(r))

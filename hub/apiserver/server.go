@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"flotilla.dev/flotilla/api/image"
+	"flotilla.dev/flotilla/api/validation"
 	"flotilla.dev/flotilla/hub/store"
 )
 
@@ -54,6 +55,9 @@ type Config struct {
 	Limits    Limits
 	// PodLogs fetches logs from agents for pods/log (see podlog.go).
 	PodLogs PodLogsFunc
+	// PodSecurity is the pod policy (Pod Security Standards by namespace,
+	// see podsecurity.go); validation.DefaultPodSecurity() when nil.
+	PodSecurity *validation.PodSecurity
 }
 
 // Server is the hub's API server.
@@ -97,6 +101,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.PodSecurity == nil {
+		ps := validation.DefaultPodSecurity()
+		cfg.PodSecurity = &ps
+	}
+	if err := cfg.PodSecurity.Validate(); err != nil {
+		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Log, store: cfg.Store, now: cfg.Now, ready: make(chan struct{}), nsQueue: make(chan string, 1024)}
 	s.limits = newLimiters(cfg.Limits, cfg.Now)

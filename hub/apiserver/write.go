@@ -73,6 +73,9 @@ func (s *Server) create(ctx context.Context, res *api.Resource, obj runtime.Obje
 	if err := s.admit(s.withLookup(ctx), obj, nil); err != nil {
 		return nil, nil, err
 	}
+	if err := s.admitPodSecurity(ctx, obj, nil); err != nil {
+		return nil, nil, err
+	}
 	release, err := s.admitCreate(ctx, res, obj, dryRun)
 	if err != nil {
 		return nil, nil, err
@@ -199,6 +202,11 @@ func (s *Server) update(ctx context.Context, res *api.Resource, ns, name, subres
 		}
 		if err := s.admit(s.withLookup(ctx), obj, cur); err != nil {
 			return nil, nil, false, err
+		}
+		if subresource == "" {
+			if err := s.admitPodSecurity(ctx, obj, cur); err != nil {
+				return nil, nil, false, err
+			}
 		}
 		m, _ := meta.Accessor(obj)
 		if len(m.GetFinalizers()) == 0 && m.GetDeletionTimestamp() != nil && (m.GetDeletionGracePeriodSeconds() == nil || *m.GetDeletionGracePeriodSeconds() == 0) {

@@ -11,11 +11,13 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"flotilla.dev/flotilla/api/agentapi"
 	"flotilla.dev/flotilla/api/image"
+	"flotilla.dev/flotilla/api/validation"
 	"flotilla.dev/flotilla/hub"
 	"flotilla.dev/flotilla/hub/apiserver"
 )
@@ -56,6 +58,12 @@ type Options struct {
 	Log *slog.Logger
 	// Limits of the API (defaults when zero).
 	Limits apiserver.Limits
+	// RestrictDefaultNamespace leaves the namespace default under the
+	// hub's pod policy (baseline). Otherwise hubtest labels it
+	// pod-security.kubernetes.io/enforce=privileged, as a fleet whose
+	// default namespace runs host-network and hostPath pods would: the
+	// agent's tests run such pods there.
+	RestrictDefaultNamespace bool
 }
 
 // Start runs a hub until the test ends.
@@ -93,6 +101,10 @@ func Start(t testing.TB, opts ...Options) *Hub {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, err := th.Client.CoreV1().Namespaces().Get(context.Background(), "default", metav1.GetOptions{})
+		if err == nil && !o.RestrictDefaultNamespace {
+			_, err = th.Client.CoreV1().Namespaces().Patch(context.Background(), "default", types.MergePatchType,
+				[]byte(`{"metadata":{"labels":{"`+validation.LabelPodSecurityEnforce+`":"`+validation.PodSecurityPrivileged+`"}}}`), metav1.PatchOptions{})
+		}
 		if err == nil {
 			break
 		}
