@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"mime"
 	"net/http"
@@ -107,8 +108,14 @@ func (s *Server) handleScale(w http.ResponseWriter, r *http.Request, ri *request
 			next, err = bodyToJSON(r, body)
 		case ct == "application/json-patch+json":
 			var p jsonpatch.Patch
-			if p, err = jsonpatch.DecodePatch(body); err == nil {
-				next, err = p.Apply(curJSON)
+			if p, err = decodeJSONPatch(body); err != nil {
+				return nil, err
+			}
+			if next, err = applyJSONPatch(p, curJSON); err != nil {
+				var se *apierrors.StatusError
+				if errors.As(err, &se) {
+					return nil, err
+				}
 			}
 		case ct == "application/merge-patch+json" || ct == "application/strategic-merge-patch+json":
 			// A Scale has no lists: a strategic merge is a merge patch.
