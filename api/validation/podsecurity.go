@@ -150,6 +150,54 @@ func (p PodSecurity) TemplateWarnings(ns *corev1.Namespace, obj runtime.Object) 
 	return []string{fmt.Sprintf("would violate PodSecurity %q: %s", pol.Warn.String(), r.ForbiddenDetail())}
 }
 
+// ExistingPodWarnings are the warnings for a namespace written with a
+// level its pods do not meet (Kubernetes' words: "existing pods in
+// namespace \"x\" violate the new PodSecurity enforce level ..."), then one
+// per distinct violation, naming the first pod and how many others share
+// it. The pods stay; they are refused when next created.
+func (p PodSecurity) ExistingPodWarnings(ns *corev1.Namespace, pods []*corev1.Pod) []string {
+	pol := p.policyFor(ns.Name, ns.Labels)
+	if pol.Enforce.Level == psapi.LevelPrivileged {
+		return nil
+	}
+	type group struct {
+		first string
+		n     int
+	}
+	var order []string
+	groups := map[string]*group{}
+	for _, pod := range pods {
+		if _, mirror := pod.Annotations[api.AnnotationMirrorPod]; mirror || pod.DeletionTimestamp != nil {
+			continue
+		}
+		r := policy.AggregateCheckResults(evaluator.EvaluatePod(pol.Enforce, &pod.ObjectMeta, &pod.Spec))
+		if r.Allowed {
+			continue
+		}
+		why := r.ForbiddenDetail()
+		g, ok := groups[why]
+		if !ok {
+			g = &group{first: pod.Name}
+			groups[why] = g
+			order = append(order, why)
+		}
+		g.n++
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	out := []string{fmt.Sprintf("existing pods in namespace %q violate the new PodSecurity enforce level %q", ns.Name, pol.Enforce.String())}
+	for _, why := range order {
+		g := groups[why]
+		if g.n > 1 {
+			out = append(out, fmt.Sprintf("%s (and %d other pods): %s", g.first, g.n-1, why))
+		} else {
+			out = append(out, fmt.Sprintf("%s: %s", g.first, why))
+		}
+	}
+	return out
+}
+
 func podTemplate(obj runtime.Object) (*metav1.ObjectMeta, *corev1.PodSpec) {
 	switch o := obj.(type) {
 	case *appsv1.Deployment:

@@ -1,6 +1,7 @@
 package validation
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -119,5 +120,25 @@ func TestNamespacePodSecurityLabels(t *testing.T) {
 	}
 	if errs := ValidateUpdate(bad, good, Options{}); len(errs) == 0 {
 		t.Error("changing the label to a bad value was accepted")
+	}
+}
+
+func TestPodSecurityExistingPods(t *testing.T) {
+	p := DefaultPodSecurity()
+	hostNet := func(name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{HostNetwork: true, Containers: []corev1.Container{{Name: "c"}}}}
+	}
+	mirror := hostNet("static-dev-1")
+	mirror.Annotations = map[string]string{api.AnnotationMirrorPod: "h"}
+	pods := []*corev1.Pod{hostNet("a"), hostNet("b"), hostNet("c"), mirror,
+		{ObjectMeta: metav1.ObjectMeta{Name: "fine"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}}
+	got := p.ExistingPodWarnings(nsWith("shop", nil), pods)
+	want := []string{`existing pods in namespace "shop" violate the new PodSecurity enforce level "baseline:latest"`,
+		`a (and 2 other pods): host namespaces (hostNetwork=true)`}
+	if !slices.Equal(got, want) {
+		t.Errorf("warnings %q, want %q", got, want)
+	}
+	if got := p.ExistingPodWarnings(nsWith(api.NamespaceSystem, nil), pods); len(got) != 0 {
+		t.Errorf("a privileged namespace warned: %q", got)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"flotilla.dev/flotilla/api"
 )
 
 var nsGVR = corev1.SchemeGroupVersion.WithResource("namespaces")
@@ -52,7 +54,8 @@ func (s *Server) admitPodSecurity(ctx context.Context, obj, old runtime.Object) 
 
 // podSecurityWarnings adds, to the answer of a write of a Deployment,
 // ReplicaSet or DaemonSet, a warning for each way its pods would be
-// refused in its namespace (as Kubernetes warns on pod templates).
+// refused in its namespace (as Kubernetes warns on pod templates); to a
+// Namespace's, the pods in it its level would refuse.
 func (s *Server) podSecurityWarnings(w http.ResponseWriter, r *http.Request, obj runtime.Object) {
 	switch r.Method {
 	case http.MethodPost, http.MethodPut, http.MethodPatch:
@@ -64,6 +67,11 @@ func (s *Server) podSecurityWarnings(w http.ResponseWriter, r *http.Request, obj
 	}
 	var namespace string
 	switch o := obj.(type) {
+	case *corev1.Namespace:
+		if r.Method != http.MethodPost {
+			addWarnings(w, s.existingPodWarnings(o))
+		}
+		return
 	case *appsv1.Deployment:
 		namespace = o.Namespace
 	case *appsv1.ReplicaSet:
@@ -78,4 +86,22 @@ func (s *Server) podSecurityWarnings(w http.ResponseWriter, r *http.Request, obj
 		return
 	}
 	addWarnings(w, s.cfg.PodSecurity.TemplateWarnings(ns, obj))
+}
+
+// existingPodWarnings: a namespace given a level some of its pods do not
+// meet is changed, with a warning naming them (kubectl label
+// --dry-run=server shows them before anything changes).
+func (s *Server) existingPodWarnings(ns *corev1.Namespace) []string {
+	res, ok := api.ResourceFor(corev1.SchemeGroupVersion.WithResource("pods"))
+	if !ok {
+		return nil
+	}
+	objs, _ := s.cache.list(res, &filter{namespace: ns.Name})
+	pods := make([]*corev1.Pod, 0, len(objs))
+	for _, co := range objs {
+		if p, ok := co.obj.(*corev1.Pod); ok {
+			pods = append(pods, p)
+		}
+	}
+	return s.cfg.PodSecurity.ExistingPodWarnings(ns, pods)
 }

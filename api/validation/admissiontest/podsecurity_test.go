@@ -2,6 +2,7 @@ package admissiontest
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -121,7 +122,20 @@ func TestPodSecurity(t *testing.T) {
 
 	// A pod admitted before its namespace was tightened: changing its
 	// labels is fine, a new image is checked against the new level.
-	if _, err := core.Namespaces().Patch(c, "edge", types.MergePatchType, []byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"baseline"}}}`), metav1.PatchOptions{}); err != nil {
+	w.take()
+	tighten := []byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"baseline"}}}`)
+	if _, err := core.Namespaces().Patch(c, "edge", types.MergePatchType, tighten, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`existing pods in namespace "edge" violate the new PodSecurity enforce level "baseline:latest"`,
+		`hostnet: host namespaces (hostNetwork=true), hostPath volumes (volume "etc")`}
+	if got := w.take(); !slices.Equal(got, want) {
+		t.Errorf("a dry run of tightening a namespace warned %q, want %q", got, want)
+	}
+	if ns, _ := core.Namespaces().Get(c, "edge", metav1.GetOptions{}); ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
+		t.Errorf("the dry run changed the namespace: %v", ns.Labels)
+	}
+	if _, err := core.Namespaces().Patch(c, "edge", types.MergePatchType, tighten, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := core.Pods("edge").Patch(c, "hostnet", types.MergePatchType, []byte(`{"metadata":{"labels":{"tier":"edge"}}}`), metav1.PatchOptions{}); err != nil {
