@@ -36,8 +36,7 @@ func copyBomb() []byte {
 // JSON patch still works.
 func TestJSONPatchCopyBomb(t *testing.T) {
 	h := hubtest.Start(t)
-	renew := deviceLease(t, h, "dev-1")
-	_ = renew
+	deviceLease(t, h, "dev-1")
 	leases := h.NodeClient("dev-1").CoordinationV1().Leases(api.NamespaceNodeLease)
 	c, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
