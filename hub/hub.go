@@ -21,6 +21,7 @@ import (
 
 	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/image"
+	"flotilla.dev/flotilla/api/validation"
 	"flotilla.dev/flotilla/hub/apiserver"
 	"flotilla.dev/flotilla/hub/apiserver/openapi"
 	"flotilla.dev/flotilla/hub/audit"
@@ -52,6 +53,11 @@ type Config struct {
 	AllowTagImages bool
 	// Images admits tags for some repositories only (--allow-tags).
 	Images image.Policy
+	// PodSecurityDefault is the Pod Security Standards level of namespaces
+	// without the pod-security.kubernetes.io/enforce label
+	// (--pod-security-default); baseline when empty. flotilla-system is
+	// privileged unless labelled.
+	PodSecurityDefault string
 	// AdvertiseURL is the API URL written into kubeconfigs; derived from
 	// Listen when empty.
 	AdvertiseURL string
@@ -182,6 +188,7 @@ func New(cfg Config) (*Hub, error) {
 		Registry:       reg,
 		AllowTagImages: cfg.AllowTagImages,
 		Images:         cfg.Images,
+		PodSecurity:    podSecurity(cfg.PodSecurityDefault),
 		PodLogs:        apiserver.AgentPodLogs(p.AdminCredentials),
 		Limits:         cfg.Limits,
 	})
@@ -215,6 +222,15 @@ func New(cfg Config) (*Hub, error) {
 		return nil, fmt.Errorf("join endpoint client: %w", err)
 	}
 	return h, nil
+}
+
+// podSecurity is the hub's pod policy with the configured default level.
+func podSecurity(level string) *validation.PodSecurity {
+	ps := validation.DefaultPodSecurity()
+	if level != "" {
+		ps.Default = level
+	}
+	return &ps
 }
 
 // openStore opens the configured store.

@@ -13,8 +13,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"flotilla.dev/flotilla/internal/hubconn"
 	"flotilla.dev/flotilla/agent/join"
+	"flotilla.dev/flotilla/internal/hubconn"
 )
 
 // KubeconfigCredentials reads the hub client config from a kubeconfig

@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/viper"
 
 	"flotilla.dev/flotilla/agent/agent"
-	"flotilla.dev/flotilla/internal/hubconn"
 	"flotilla.dev/flotilla/agent/join"
 	"flotilla.dev/flotilla/agent/node"
 	"flotilla.dev/flotilla/agent/server"
@@ -23,6 +22,7 @@ import (
 	"flotilla.dev/flotilla/api/agentapi"
 	"flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/internal/config"
+	"flotilla.dev/flotilla/internal/hubconn"
 	"flotilla.dev/flotilla/internal/version"
 	"flotilla.dev/flotilla/registry"
 	"flotilla.dev/flotilla/registry/trust"

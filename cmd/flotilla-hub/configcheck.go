@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"flotilla.dev/flotilla/api/image"
+	"flotilla.dev/flotilla/api/validation"
 	"flotilla.dev/flotilla/hub"
 	"flotilla.dev/flotilla/hub/pki"
 	"flotilla.dev/flotilla/internal/config"
@@ -93,6 +94,9 @@ func validateConfig(serve *cobra.Command, file string) error {
 		errs = append(errs, fmt.Errorf("--tls-san: %w", err))
 	}
 	errs = append(errs, checkStore(v.GetString("store"), etcdFromFlags(v)))
+	if err := (validation.PodSecurity{Default: v.GetString("pod-security-default")}).Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("--pod-security-default: %w", err))
+	}
 	return errors.Join(errs...)
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/viper"
 
 	"flotilla.dev/flotilla/api/image"
+	"flotilla.dev/flotilla/api/validation"
 	"flotilla.dev/flotilla/hub"
 	"flotilla.dev/flotilla/hub/store/etcdstore"
 	"flotilla.dev/flotilla/internal/config"
@@ -70,18 +71,19 @@ func newServe() *cobra.Command {
 				return err
 			}
 			h, err := hub.New(hub.Config{
-				DataDir:        v.GetString("data-dir"),
-				Store:          v.GetString("store"),
-				Etcd:           etcdFromFlags(v),
-				Listen:         v.GetString("listen"),
-				TLSSANs:        v.GetStringSlice("tls-san"),
-				AllowTagImages: v.GetBool("allow-tag-images"),
-				Images:         image.Policy{AllowTags: v.GetStringSlice("allow-tags")},
-				AdvertiseURL:   v.GetString("advertise-url"),
-				RunLoops:       true,
-				Loops:          hubLoops,
-				Public:         public,
-				Log:            log,
+				DataDir:            v.GetString("data-dir"),
+				Store:              v.GetString("store"),
+				Etcd:               etcdFromFlags(v),
+				Listen:             v.GetString("listen"),
+				TLSSANs:            v.GetStringSlice("tls-san"),
+				AllowTagImages:     v.GetBool("allow-tag-images"),
+				Images:             image.Policy{AllowTags: v.GetStringSlice("allow-tags")},
+				PodSecurityDefault: v.GetString("pod-security-default"),
+				AdvertiseURL:       v.GetString("advertise-url"),
+				RunLoops:           true,
+				Loops:              hubLoops,
+				Public:             public,
+				Log:                log,
 			})
 			if err != nil {
 				return err
@@ -99,6 +101,7 @@ func newServe() *cobra.Command {
 	f.Bool("allow-tag-images", false, "admit images referenced by tag instead of digest (not recommended)")
 	f.StringSlice("allow-tags", nil, "repositories (globs: registry.local:5000/dev/*) whose images may be referenced by tag; every other image must be pinned by digest")
 	f.String("log-level", "info", "debug, info, warn or error")
+	f.String("pod-security-default", validation.PodSecurityBaseline, "Pod Security Standards level (privileged, baseline, restricted) of namespaces without the pod-security.kubernetes.io/enforce label; flotilla-system is privileged")
 	f.String("store", hub.StoreBolt, "where objects are kept: bbolt (DATA_DIR/state.db, one hub) or etcd (--etcd-endpoints)")
 	f.StringSlice("etcd-endpoints", nil, "client URLs of the etcd members (with --store etcd): https://10.0.0.1:2379,...")
 	f.String("etcd-cafile", "", "CA bundle that verifies etcd's serving certificates")
