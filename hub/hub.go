@@ -394,6 +394,12 @@ func (h *Hub) Run(ctx context.Context) error {
 		}},
 		{Name: "node authorizer", Run: afterReady(func(ctx context.Context) error { return h.graph.Run(ctx, h.AdminConfig()) })},
 	}
+	if es, ok := h.store.(*etcdstore.Store); ok {
+		// bbolt compacts its own history; etcd keeps all of it unless told.
+		loops = append(loops, run.Loop{Name: "etcd compaction", Run: func(ctx context.Context) error {
+			return es.RunCompaction(ctx, etcdstore.DefaultCompactionInterval, h.log.Warn)
+		}})
+	}
 	if h.cfg.RunLoops {
 		for _, l := range h.cfg.Loops {
 			loops = append(loops, run.Loop{Name: l.Name, Run: afterReady(func(ctx context.Context) error { return l.Run(ctx, h.AdminConfig()) })})

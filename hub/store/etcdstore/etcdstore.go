@@ -401,3 +401,43 @@ func (s *Store) Close() error {
 	s.cancel()
 	return s.client.Close()
 }
+
+// DefaultCompactionInterval is how often RunCompaction compacts, and so
+// how much history etcd keeps: kube-apiserver's default.
+const DefaultCompactionInterval = 5 * time.Minute
+
+// RunCompaction compacts etcd every interval to the revision it had one
+// interval before, until ctx ends, so that etcd's history (and its
+// database) stays bounded while watches that fall less than one interval
+// behind can still resume. Every hub on the etcd may run it: compacting
+// to a revision already compacted is nothing. A failed compaction is
+// logged and tried again at the next tick.
+func (s *Store) RunCompaction(ctx context.Context, interval time.Duration, log func(msg string, args ...any)) error {
+	if interval <= 0 {
+		interval = DefaultCompactionInterval
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var last int64
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		cur, _, err := s.Revision(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			log("reading etcd's revision for compaction", "err", err)
+			continue
+		}
+		if last > 0 {
+			if err := s.Compact(ctx, last); err != nil && ctx.Err() == nil {
+				log("compacting etcd", "revision", last, "err", err)
+			}
+		}
+		last = cur
+	}
+}

@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -166,5 +167,44 @@ func TestMemberLoss(t *testing.T) {
 	}
 	if kv, err := s.Get(ctx, "/pods/default/b"); err != nil || kv.ModRevision != r2 {
 		t.Fatalf("read after the loss: %+v %v", kv, err)
+	}
+}
+
+// RunCompaction keeps one interval of history: after two ticks, what was
+// current at the first is the compacted revision.
+func TestRunCompaction(t *testing.T) {
+	s := open(t, startEtcd(t, t.TempDir()))
+	defer s.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	r1, err := s.Create(ctx, "/c/a", []byte("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.RunCompaction(ctx, 300*time.Millisecond, t.Logf) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := s.Create(ctx, fmt.Sprintf("/c/%d", time.Now().UnixNano()), nil); err != nil {
+			t.Fatal(err)
+		}
+		_, comp, err := s.Revision(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if comp > r1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing compacted past %d within 10s (compacted %d)", r1, comp)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := s.Watch(ctx, "/c/", r1-1); !errors.Is(err, store.ErrCompacted) {
+		t.Fatalf("a watch from before the compaction: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
