@@ -175,22 +175,16 @@ func (a *serviceAllocator) allocate(ctx context.Context, svc *corev1.Service, ol
 				}
 			}
 		} else {
-			for {
-				off, ok := a.nextFreeIP()
-				if !ok {
-					errs = append(errs, field.Invalid(specPath.Child("clusterIP"), "", "no more service IPs are free in the service range"))
-					break
-				}
-				got, err := takeIP(off)
-				if err != nil {
-					undo()
-					return nil, nil, nil, err
-				}
-				if got {
-					takenIPs = append(takenIPs, off)
-					svc.Spec.ClusterIP = a.ipString(off)
-					break
-				}
+			off, ok, err := claim(a.nextFreeIP, takeIP)
+			switch {
+			case err != nil:
+				undo()
+				return nil, nil, nil, err
+			case !ok:
+				errs = append(errs, field.Invalid(specPath.Child("clusterIP"), "", "no more service IPs are free in the service range"))
+			default:
+				takenIPs = append(takenIPs, off)
+				svc.Spec.ClusterIP = a.ipString(off)
 			}
 		}
 		if len(errs) == 0 {
@@ -229,22 +223,16 @@ func (a *serviceAllocator) allocate(ctx context.Context, svc *corev1.Service, ol
 					}
 				}
 			default:
-				for {
-					port, ok := a.nextFreePort()
-					if !ok {
-						errs = append(errs, field.Invalid(path, 0, "no more node ports are free"))
-						break
-					}
-					got, err := takePort(port)
-					if err != nil {
-						undo()
-						return nil, nil, nil, err
-					}
-					if got {
-						takenPorts = append(takenPorts, port)
-						p.NodePort = port
-						break
-					}
+				port, ok, err := claim(a.nextFreePort, takePort)
+				switch {
+				case err != nil:
+					undo()
+					return nil, nil, nil, err
+				case !ok:
+					errs = append(errs, field.Invalid(path, 0, "no more node ports are free"))
+				default:
+					takenPorts = append(takenPorts, port)
+					p.NodePort = port
 				}
 			}
 		}
@@ -258,6 +246,20 @@ func (a *serviceAllocator) allocate(ctx context.Context, svc *corev1.Service, ol
 		return nil, nil, errs, nil
 	}
 	return takenIPs, takenPorts, nil, nil
+}
+
+// claim takes the first candidate next offers that take gets, passing
+// over those another hub holds; ok is false when none is left.
+func claim[T any](next func() (T, bool), take func(T) (bool, error)) (v T, ok bool, err error) {
+	for {
+		if v, ok = next(); !ok {
+			return v, false, nil
+		}
+		got, err := take(v)
+		if err != nil || got {
+			return v, got, err
+		}
+	}
 }
 
 // forget drops from memory what a dry run took (it reserved nothing).
