@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,27 +12,23 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
 	"flotilla.dev/flotilla/agent/runtime/purge"
+	"flotilla.dev/flotilla/internal/testenv"
 )
 
 // ContainerdSocket is where tests find containerd.
-const ContainerdSocket = "/run/containerd/containerd.sock"
+const ContainerdSocket = testenv.ContainerdSocket
 
 // Containerd connects to the machine's containerd and creates a containerd
 // namespace unique to the test. At cleanup everything in it is removed
 // (tasks killed, containers, images, leases, snapshots, content) and then
-// the namespace itself. The test skips when not root or when containerd
-// does not answer.
+// the namespace itself. The test skips (fails under CI) when not root or
+// when containerd does not answer, and skips with -short: see testenv.
 func Containerd(t testing.TB) (*containerd.Client, string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("containerd tests need root")
-	}
-	if _, err := os.Stat(ContainerdSocket); err != nil {
-		t.Skipf("containerd is not running (%v); start it with scripts/install-deps.sh", err)
-	}
+	testenv.RequireContainerd(t)
 	client, err := containerd.New(ContainerdSocket, containerd.WithTimeout(5*time.Second))
 	if err != nil {
-		t.Skipf("containerd at %s does not answer (%v); start it with scripts/install-deps.sh", ContainerdSocket, err)
+		testenv.Unavailable(t, "containerd at %s does not answer (%v); start it with scripts/install-deps.sh", ContainerdSocket, err)
 	}
 	b := make([]byte, 4)
 	rand.Read(b)

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"flotilla.dev/flotilla/internal/testenv"
 )
 
 // RegistryBinary is Debian's build of the distribution registry.
@@ -78,11 +80,8 @@ func SharedRegistry(t testing.TB) *Registry {
 
 func registryBinary(t testing.TB) string {
 	t.Helper()
-	bin, err := exec.LookPath(RegistryBinary)
-	if err != nil {
-		t.Skipf("testimage: %s is not installed (apt-get install docker-registry, or run scripts/install-deps.sh): %v", RegistryBinary, err)
-	}
-	return bin
+	testenv.Integration(t, "starts "+RegistryBinary)
+	return testenv.RequireTool(t, RegistryBinary, "apt-get install docker-registry, or run scripts/install-deps.sh")
 }
 
 // start runs the registry on a free loopback port, retrying when another

@@ -8,13 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+
+	"flotilla.dev/flotilla/internal/testenv"
 )
 
 // NS is a named network namespace (`ip netns`).
@@ -23,17 +24,11 @@ type NS struct {
 	Path string
 }
 
-// Skip skips t unless it runs as root with the ip command.
+// Skip skips t (fails it under CI) unless it runs as root with the ip
+// command and cmds, and skips it with -short: testenv.RequireNetNS.
 func Skip(t testing.TB, cmds ...string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces")
-	}
-	for _, c := range append([]string{"ip"}, cmds...) {
-		if _, err := exec.LookPath(c); err != nil {
-			t.Skipf("needs the %s command (run scripts/install-deps.sh)", c)
-		}
-	}
+	testenv.RequireNetNS(t, cmds...)
 }
 
 // Create makes a namespace named prefix-<random> with loopback up.

@@ -23,6 +23,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"flotilla.dev/flotilla/internal/testenv"
 )
 
 // CosignVersion is the cosign CLI the tests are written against; the
@@ -30,18 +32,10 @@ import (
 const CosignVersion = "v2.6.5"
 
 // Require returns the path of a tool, or skips the test with hint (fails
-// it under CI).
+// it under CI): testenv.RequireTool.
 func Require(t testing.TB, tool, hint string) string {
 	t.Helper()
-	p, err := exec.LookPath(tool)
-	if err == nil {
-		return p
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("%s is not installed (%s), and CI must have it: %v", tool, hint, err)
-	}
-	t.Skipf("%s is not installed (%s): %v", tool, hint, err)
-	return ""
+	return testenv.RequireTool(t, tool, hint)
 }
 
 // CLI runs cosign with a private HOME and key password.
