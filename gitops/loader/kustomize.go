@@ -133,10 +133,20 @@ func checkLocalOnly(mem filesys.FileSystem, dir string, seen map[string]bool) []
 		return []*Error{{File: kfile, Line: lineOf(err), Msg: "invalid kustomization: " + err.Error()}}
 	}
 	var errs []*Error
+	var raw map[string]any
+	if err := sigsyaml.Unmarshal(data, &raw); err == nil {
+		for _, r := range remoteRefs(raw) {
+			errs = append(errs, &Error{File: kfile, Msg: fmt.Sprintf(
+				"%s %q is not in the commit: kustomize would fetch it from the network at every reconcile; vendor it into the repository", r.field, r.value)})
+		}
+	}
 	refs := append(append(append([]string{}, k.Resources...), k.Components...), k.Bases...)
 	for _, ref := range refs {
 		target := path.Join(dir, ref)
-		if strings.Contains(ref, "://") || !mem.Exists("/"+target) || strings.HasPrefix(target, "..") {
+		if isRemote(ref) {
+			continue // reported above
+		}
+		if !mem.Exists("/"+target) || strings.HasPrefix(target, "..") {
 			errs = append(errs, &Error{File: kfile, Msg: fmt.Sprintf(
 				"resource %q is not in the commit: remote bases and URLs are not fetched; vendor them into the repository", ref)})
 			continue
@@ -146,4 +156,101 @@ func checkLocalOnly(mem filesys.FileSystem, dir string, seen map[string]bool) []
 		}
 	}
 	return errs
+}
+
+// remoteRef is a field of a kustomization that names something outside
+// the commit.
+type remoteRef struct{ field, value string }
+
+// Fields of a kustomization that name files or bases kustomize loads: a
+// list of paths, or a list of objects with a path.
+var (
+	pathListFields = []string{"resources", "components", "bases", "crds", "configurations", "generators", "transformers", "validators", "patchesStrategicMerge"}
+	pathObjFields  = []string{"patches", "patchesJson6902", "replacements"}
+	genFields      = []string{"configMapGenerator", "secretGenerator"}
+	// Helm charts are fetched from chart repositories by the helm binary.
+	helmFields = []string{"helmCharts", "helmChartInflationGenerator", "helmGlobals"}
+)
+
+// remoteRefs lists every field of the kustomization k that would make
+// kustomize reach the network: remote bases and URLs in any field that
+// names a file (file sources of generators, patch and replacement paths,
+// transformer and generator configs, CRDs, OpenAPI schemas), and Helm
+// charts. Values that are data (literals, labels, annotations) are not
+// looked at: a URL there is only text.
+func remoteRefs(k map[string]any) []remoteRef {
+	var out []remoteRef
+	check := func(field string, v any) {
+		if s, ok := v.(string); ok && isRemote(s) {
+			out = append(out, remoteRef{field, s})
+		}
+	}
+	for _, f := range pathListFields {
+		for _, v := range asList(k[f]) {
+			check(f, v)
+		}
+	}
+	for _, f := range pathObjFields {
+		for i, v := range asList(k[f]) {
+			if m, ok := v.(map[string]any); ok {
+				check(fmt.Sprintf("%s[%d].path", f, i), m["path"])
+			}
+		}
+	}
+	if m, ok := k["openapi"].(map[string]any); ok {
+		check("openapi.path", m["path"])
+	}
+	for _, f := range genFields {
+		for i, v := range asList(k[f]) {
+			m, ok := v.(map[string]any)
+			if !ok {
+				continue
+			}
+			for _, src := range []string{"files", "envs"} {
+				for _, e := range asList(m[src]) {
+					if s, ok := e.(string); ok {
+						// "key=path" names the key the file lands under.
+						if key, p, found := strings.Cut(s, "="); found && !strings.ContainsAny(key, "/:") {
+							s = p
+						}
+						check(fmt.Sprintf("%s[%d].%s", f, i, src), s)
+					}
+				}
+			}
+			check(fmt.Sprintf("%s[%d].env", f, i), m["env"])
+		}
+	}
+	for _, f := range helmFields {
+		if v, ok := k[f]; ok && v != nil {
+			out = append(out, remoteRef{f, "(Helm charts are fetched from their repository; commit the rendered manifests instead)"})
+		}
+	}
+	return out
+}
+
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
+
+// isRemote reports whether a kustomization path names something kustomize
+// fetches: a URL, or one of the forms it clones with git (host/org/repo,
+// git@host:repo, a ref or a //subdir). Inline YAML documents (generator
+// and transformer configs may be written inline) are not paths.
+func isRemote(s string) bool {
+	s = strings.TrimSpace(s)
+	if s == "" || strings.Contains(s, "\n") {
+		return false
+	}
+	if strings.Contains(s, "://") || strings.HasPrefix(s, "git@") || strings.HasPrefix(s, "ssh:") || strings.Contains(s, "?ref=") || strings.Contains(s, "?version=") {
+		return true
+	}
+	for _, host := range []string{"github.com/", "gitlab.com/", "bitbucket.org/", "dev.azure.com/"} {
+		if strings.HasPrefix(s, host) {
+			return true
+		}
+	}
+	// host.tld/org/repo//path or .../_git/...: kustomize's git forms.
+	first, _, _ := strings.Cut(s, "/")
+	return strings.Contains(s, "_git/") || (strings.Contains(first, ".") && first != "." && first != ".." && strings.Contains(s, "//"))
 }

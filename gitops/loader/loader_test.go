@@ -2,7 +2,11 @@ package loader
 
 import (
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
 )
@@ -174,6 +178,85 @@ func TestLoadYAMLSyntaxErrorLines(t *testing.T) {
 		}
 		if es[0].Line != tc.line || strings.Contains(es[0].Msg, "line ") {
 			t.Errorf("%q: %v, want line %d without a second line number", tc.doc, es[0], tc.line)
+		}
+	}
+}
+
+// Kustomize reaches the network from any field that names a file, not
+// only resources: a generator's file source fetched a URL, and its answer
+// landed in a ConfigMap. Every such field is refused before kustomize
+// runs, and nothing is fetched; URLs that are only data stay allowed.
+func TestLoadKustomizeFetchesNothing(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		fmt.Fprint(w, "stolen: true\n")
+	}))
+	defer srv.Close()
+	fsys := fstest.MapFS{
+		"k/kustomization.yaml": file(`resources:
+- cm.yaml
+configMapGenerator:
+- name: fetched
+  files:
+  - data=` + srv.URL + `/secret
+  literals:
+  - docs=https://docs.example/flotilla
+- name: env
+  envs: [` + srv.URL + `/env]
+patches:
+- path: ` + srv.URL + `/patch.yaml
+transformers:
+- github.com/example/transformers//labels?ref=v1
+crds: [` + srv.URL + `/crd.yaml]
+openapi: {path: ` + srv.URL + `/schema.json}
+helmCharts:
+- {name: app, repo: ` + srv.URL + `}
+commonAnnotations:
+  homepage: https://shop.example
+`),
+		"k/cm.yaml": file("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app}\n"),
+	}
+	_, err := Load(fsys, nil)
+	var es Errors
+	if !errors.As(err, &es) {
+		t.Fatalf("err = %v, want the remote fields refused", err)
+	}
+	text := err.Error()
+	for _, want := range []string{"configMapGenerator[0].files", "configMapGenerator[1].envs", "patches[0].path", "transformers", "crds", "openapi.path", "helmCharts", "vendor it into the repository"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("errors lack %q:\n%s", want, text)
+		}
+	}
+	for _, ok := range []string{"docs.example", "shop.example"} {
+		if strings.Contains(text, ok) {
+			t.Errorf("a URL that is only data was refused (%s):\n%s", ok, text)
+		}
+	}
+	if n := hits.Load(); n != 0 {
+		t.Fatalf("kustomize fetched %d times from the network", n)
+	}
+
+	// The same file sources, local, still build.
+	fsys = fstest.MapFS{
+		"k/kustomization.yaml": file("configMapGenerator:\n- name: local\n  files:\n  - data=data.txt\n  literals:\n  - docs=https://docs.example/flotilla\n"),
+		"k/data.txt":           file("x"),
+	}
+	objs, err := Load(fsys, nil)
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("a local generator: %v %v", ids(objs), err)
+	}
+}
+
+func TestIsRemote(t *testing.T) {
+	for s, want := range map[string]bool{
+		"../../base": false, "base": false, "patch.yaml": false, "./x//y": false, "/abs/path": false,
+		"https://example.com/x": true, "git@github.com:org/repo": true, "github.com/org/repo": true,
+		"example.com/org/repo//dir?ref=v1": true, "example.com/org/repo//dir": true, "dev.azure.com/o/p/_git/r": true,
+		"apiVersion: v1\nkind: X": false, "ssh://git@host/repo": true,
+	} {
+		if got := isRemote(s); got != want {
+			t.Errorf("isRemote(%q) = %v, want %v", s, got, want)
 		}
 	}
 }
