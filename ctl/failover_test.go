@@ -13,14 +13,13 @@ import (
 	"flotilla.dev/flotilla/hub"
 	"flotilla.dev/flotilla/hub/hubtest"
 	"flotilla.dev/flotilla/hub/store/etcdstore/etcdtest"
+	"flotilla.dev/flotilla/internal/testenv"
 )
 
 // flotctl given two hubs sharing an etcd (--hub a,b) answers through
 // whichever is up.
 func TestHubFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts hubs and an etcd; skipped with -short")
-	}
+	testenv.Integration(t, "starts hubs and an etcd")
 	etcd := etcdtest.Start(t, t.TempDir())
 	opts := hubtest.Options{Store: hub.StoreEtcd, Etcd: hub.EtcdConfig{Endpoints: []string{etcd.URL}}}
 	a := hubtest.Start(t, opts)

@@ -24,6 +24,7 @@ import (
 	"flotilla.dev/flotilla/hub"
 	"flotilla.dev/flotilla/hub/hubtest"
 	"flotilla.dev/flotilla/hub/scheduler"
+	"flotilla.dev/flotilla/internal/testenv"
 )
 
 // hubRun runs flotctl against a real hub, finding it the way a user
@@ -38,9 +39,7 @@ type hubRun struct {
 }
 
 func startHub(t *testing.T) *hubRun {
-	if testing.Short() {
-		t.Skip("starts a hub; skipped with -short")
-	}
+	testenv.Integration(t, "starts a hub")
 	h := hubtest.Start(t)
 	kc := filepath.Join(h.DataDir, "admin.kubeconfig")
 	if _, err := os.Stat(kc); err != nil {
@@ -222,9 +221,7 @@ func TestAgainstHubGitSourcesFleetAndWatch(t *testing.T) {
 // The Diagnosis of an unschedulable pod, from the state the real scheduler
 // leaves (its PodScheduled condition and FailedScheduling event).
 func TestAgainstHubDiagnosisOfUnschedulablePod(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a hub; skipped with -short")
-	}
+	testenv.Integration(t, "starts a hub")
 	loop := hub.Loop{Name: "scheduler", Run: func(ctx context.Context, cfg *rest.Config) error {
 		cs, err := kubernetes.NewForConfig(cfg)
 		if err != nil {

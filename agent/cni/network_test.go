@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"flotilla.dev/flotilla/agent/runtime/podns"
+	"flotilla.dev/flotilla/internal/testenv"
 )
 
 // testHost is a private network namespace standing in for the device, so
@@ -24,21 +25,9 @@ type testHost struct {
 
 func newTestHost(t *testing.T) *testHost {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("CNI tests need root")
-	}
-	bins := 0
-	for _, d := range DefaultBinDirs {
-		if _, err := os.Stat(filepath.Join(d, "bridge")); err == nil {
-			bins++
-		}
-	}
-	if bins == 0 {
-		t.Skipf("CNI plugins not installed in %v (apt-get install containernetworking-plugins)", DefaultBinDirs)
-	}
-	if _, err := exec.LookPath("iptables"); err != nil {
-		t.Skip("iptables not installed")
-	}
+	testenv.RequireRoot(t, "CNI tests create namespaces and bridges")
+	testenv.RequireCNI(t, DefaultBinDirs)
+	testenv.RequireTool(t, "iptables", "scripts/install-deps.sh installs it")
 	dir := t.TempDir()
 	h := &testHost{hostNS: filepath.Join(dir, "ns", "host"), dataDir: filepath.Join(dir, "ipam")}
 	if err := podns.CreateNet(h.hostNS); err != nil {

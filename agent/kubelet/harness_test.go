@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,6 +28,7 @@ import (
 	"flotilla.dev/flotilla/agent/runtime/logdriver"
 	"flotilla.dev/flotilla/agent/runtime/podns"
 	"flotilla.dev/flotilla/hub/hubtest"
+	"flotilla.dev/flotilla/internal/testenv"
 	"flotilla.dev/flotilla/registry"
 	"flotilla.dev/flotilla/test/testimage"
 )
@@ -35,7 +37,8 @@ var loggerPath string
 
 func TestMain(m *testing.M) {
 	code := func() int {
-		if os.Geteuid() != 0 {
+		flag.Parse()
+		if os.Geteuid() != 0 || testing.Short() {
 			// Integration tests skip themselves; unit tests need no logger.
 			return m.Run()
 		}
@@ -77,21 +80,9 @@ const testCIDR = "10.89.0.0/24"
 
 func requireIntegration(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("kubelet integration tests need root (containerd, CNI, namespaces)")
-	}
-	found := false
-	for _, d := range cni.DefaultBinDirs {
-		if _, err := os.Stat(filepath.Join(d, "bridge")); err == nil {
-			found = true
-		}
-	}
-	if !found {
-		t.Skipf("CNI plugins not installed in %v (apt-get install containernetworking-plugins)", cni.DefaultBinDirs)
-	}
-	if _, err := exec.LookPath("iptables"); err != nil {
-		t.Skip("iptables not installed")
-	}
+	testenv.RequireRoot(t, "kubelet integration tests: containerd, CNI, namespaces")
+	testenv.RequireCNI(t, cni.DefaultBinDirs)
+	testenv.RequireTool(t, "iptables", "scripts/install-deps.sh installs it")
 }
 
 func testLog() *slog.Logger {

@@ -16,6 +16,7 @@ import (
 
 	"flotilla.dev/flotilla/agent/runtime"
 	"flotilla.dev/flotilla/agent/runtime/podns"
+	"flotilla.dev/flotilla/internal/testenv"
 	"flotilla.dev/flotilla/registry/trust/trusttest"
 )
 
@@ -52,9 +53,7 @@ func TestProcStatus(t *testing.T) {
 // TestRelay joins a connection made inside a network namespace to a
 // listener in this one.
 func TestRelay(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
-	}
+	testenv.RequireRoot(t, "creates a network namespace")
 	ns := filepath.Join(t.TempDir(), "netns")
 	if err := podns.CreateNet(ns); err != nil {
 		t.Fatal(err)
@@ -178,16 +177,7 @@ func TestFigures(t *testing.T) {
 
 func requireDevice(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("the agent benchmark needs root (network namespace, containerd, CNI)")
-	}
-	if _, err := os.Stat(runtime.DefaultSocket); err != nil {
-		t.Skipf("containerd is not running: %v", err)
-	}
-	if _, err := exec.LookPath("docker-registry"); err != nil {
-		t.Skip("docker-registry is not installed")
-	}
-	if _, err := exec.LookPath("nsenter"); err != nil {
-		t.Skip("nsenter is not installed")
-	}
+	testenv.RequireRoot(t, "the agent benchmark: network namespace, containerd, CNI")
+	testenv.RequireContainerd(t)
+	testenv.RequireTools(t, "scripts/install-deps.sh installs it", "docker-registry", "nsenter")
 }

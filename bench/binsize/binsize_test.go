@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"flotilla.dev/flotilla/internal/testenv"
 )
 
 func TestSymbolPackage(t *testing.T) {
@@ -47,9 +49,8 @@ func TestGroup(t *testing.T) {
 // A real binary: a small program importing encoding/json only through
 // one of its own packages.
 func TestSizesAndOnlyThrough(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("no go command")
-	}
+	testenv.Integration(t, "builds a binary")
+	testenv.RequireTool(t, "go", "the go command")
 	dir := t.TempDir()
 	write := func(name, body string) {
 		p := filepath.Join(dir, name)

@@ -5,6 +5,8 @@ import (
 	"os"
 	"slices"
 	"testing"
+
+	"flotilla.dev/flotilla/internal/testenv"
 )
 
 func TestSplitArgs(t *testing.T) {
@@ -18,9 +20,7 @@ func TestSplitArgs(t *testing.T) {
 // TestRunSmall runs the driver at a tiny size, so that `make bench` does
 // not find it broken; the figures themselves are not checked.
 func TestRunSmall(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
-	}
+	testenv.RequireRoot(t, "creates network namespaces")
 	res, err := Run(context.Background(), Options{Services: []int{5, 10}, Changes: 2})
 	if err != nil {
 		t.Fatal(err)

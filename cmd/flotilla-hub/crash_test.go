@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"flotilla.dev/flotilla/internal/testbin"
+	"flotilla.dev/flotilla/internal/testenv"
 )
 
 // startHub runs the flotilla-hub binary on a free loopback port and waits
@@ -71,9 +72,7 @@ func startHub(t *testing.T, bin, dataDir string) (*exec.Cmd, kubernetes.Interfac
 // with SIGKILL mid-stream, restarts it on the same data dir and checks that
 // every write the hub acknowledged is there.
 func TestAcknowledgedWritesSurviveSIGKILL(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the hub binary")
-	}
+	testenv.Integration(t, "runs the hub binary")
 	bin := testbin.Path(t, "flotilla-hub")
 	dir := t.TempDir()
 	cmd, cs := startHub(t, bin, dir)

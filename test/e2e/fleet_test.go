@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"flotilla.dev/flotilla/internal/testbin"
+	"flotilla.dev/flotilla/internal/testenv"
 	"flotilla.dev/flotilla/test/testimage"
 )
 
@@ -39,17 +40,9 @@ type fleet struct {
 
 func requireTools(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("fleet tests need root (network namespaces, containerd, iptables)")
-	}
-	for _, tool := range []string{"ip", "iptables", "docker-registry", "git", "curl", "containerd"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("fleet tests need %s (scripts/install-deps.sh installs it): %v", tool, err)
-		}
-	}
-	if _, err := os.Stat("/run/containerd/containerd.sock"); err != nil {
-		t.Skipf("fleet tests need containerd running: %v", err)
-	}
+	testenv.RequireRoot(t, "fleet tests: network namespaces, containerd, iptables")
+	testenv.RequireTools(t, "fleet tests need it; scripts/install-deps.sh installs it", "ip", "iptables", "docker-registry", "git", "curl", "containerd")
+	testenv.RequireContainerd(t)
 }
 
 func freePort(t *testing.T) int {

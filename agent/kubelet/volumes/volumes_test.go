@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"flotilla.dev/flotilla/internal/testenv"
 )
 
 type fakeObjects struct {
@@ -312,9 +314,7 @@ func TestSubPath(t *testing.T) {
 }
 
 func TestTmpfsVolumes(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting tmpfs needs root")
-	}
+	testenv.RequireRoot(t, "mounts tmpfs")
 	objs := &fakeObjects{secrets: map[string]*corev1.Secret{"ns/creds": {Data: map[string][]byte{"password": []byte("s3cret")}}}}
 	m, err := New(t.TempDir(), objs)
 	if err != nil {

@@ -9,12 +9,12 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"flotilla.dev/flotilla/internal/testenv"
 )
 
 func needRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("creating namespaces needs root")
-	}
+	testenv.RequireRoot(t, "creates namespaces")
 }
 
 func inode(t *testing.T, path string) uint64 {

@@ -16,6 +16,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"flotilla.dev/flotilla/hub/store/boltstore"
+	"flotilla.dev/flotilla/internal/testenv"
 )
 
 // crashHelperEnv makes the test binary run crashHelper instead of the
@@ -66,9 +67,7 @@ func crashHelper(dir string) error {
 }
 
 func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
-	if testing.Short() {
-		t.Skip("crash test re-executes the test binary; skipped with -short")
-	}
+	testenv.Integration(t, "crash test re-executes the test binary")
 	dir := t.TempDir()
 	for round := range 3 {
 		acked := runAndKill(t, dir, 300)
