@@ -31,6 +31,7 @@ import (
 	"flotilla.dev/flotilla/gitops/gittest"
 	"flotilla.dev/flotilla/hub"
 	"flotilla.dev/flotilla/hub/hubtest"
+	"flotilla.dev/flotilla/internal/testenv"
 )
 
 // logBuffer collects every log line of the hub and the loop, to check
@@ -72,7 +73,7 @@ type fixture struct {
 func newFixture(t *testing.T, hooks *Hooks) *fixture {
 	t.Helper()
 	if err := gittest.Available(); err != nil {
-		t.Skip(err)
+		testenv.Unavailable(t, "%v (scripts/install-deps.sh installs it)", err)
 	}
 	g, err := gittest.New(t.TempDir())
 	if err != nil {
@@ -384,9 +385,7 @@ func TestKustomizeOverlay(t *testing.T) {
 }
 
 func TestSignedCommits(t *testing.T) {
-	if _, err := exec.LookPath("gpg"); err != nil {
-		t.Skip("gpg is not installed (apt-get install -y gnupg)")
-	}
+	testenv.RequireTool(t, "gpg", "apt-get install -y gnupg")
 	f := newFixture(t, nil)
 	genv, fpr, pub := gpgKey(t)
 	f.git.Env = genv

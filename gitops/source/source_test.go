@@ -13,12 +13,13 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"flotilla.dev/flotilla/gitops/gittest"
+	"flotilla.dev/flotilla/internal/testenv"
 )
 
 func newRepo(t *testing.T) *gittest.Repo {
 	t.Helper()
 	if err := gittest.Available(); err != nil {
-		t.Skip(err)
+		testenv.Unavailable(t, "%v (scripts/install-deps.sh installs it)", err)
 	}
 	r, err := gittest.New(t.TempDir())
 	if err != nil {
@@ -161,9 +162,7 @@ func TestCredentialsNeverShown(t *testing.T) {
 // signingEnv makes a throwaway GPG key in a private GNUPGHOME.
 func gpgKey(t *testing.T) (env []string, fpr string, armored []byte) {
 	t.Helper()
-	if _, err := exec.LookPath("gpg"); err != nil {
-		t.Skip("gpg is not installed (apt-get install -y gnupg)")
-	}
+	testenv.RequireTool(t, "gpg", "apt-get install -y gnupg")
 	home, err := os.MkdirTemp("", "gpg")
 	if err != nil {
 		t.Fatal(err)
@@ -225,9 +224,7 @@ func TestVerifyGPG(t *testing.T) {
 }
 
 func TestVerifySSH(t *testing.T) {
-	if _, err := exec.LookPath("ssh-keygen"); err != nil {
-		t.Skip("ssh-keygen is not installed")
-	}
+	testenv.RequireTool(t, "ssh-keygen", "apt-get install -y openssh-client")
 	g := newRepo(t)
 	dir := t.TempDir()
 	for _, n := range []string{"signer", "stranger"} {
