@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"flotilla.dev/flotilla/internal/testbin"
+	"flotilla.dev/flotilla/internal/testenv"
 )
 
 // root is the repository's top directory.
@@ -47,34 +48,23 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// inCI is true where a test that cannot run must fail instead of skip.
-func inCI() bool { return os.Getenv("CI") == "true" }
-
-// unavailable skips the test, or fails it in CI.
+// unavailable skips the test, or fails it in CI: testenv.Unavailable.
 func unavailable(t *testing.T, format string, args ...any) {
 	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if inCI() {
-		t.Fatal(msg + "; CI must run this test (scripts/install-deps.sh installs what it needs)")
-	}
-	t.Skip(msg)
+	testenv.Unavailable(t, format, args...)
 }
 
-// requireTools checks that every tool is in PATH.
+// requireTools checks that every tool is in PATH. The tests that need them
+// build packages: integration tests, skipped with -short.
 func requireTools(t *testing.T, tools ...string) {
 	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			unavailable(t, "%s is not installed (scripts/install-deps.sh installs it)", tool)
-		}
-	}
+	testenv.Integration(t, "builds packages")
+	testenv.RequireTools(t, "scripts/install-deps.sh installs it", tools...)
 }
 
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		unavailable(t, "installing packages needs root")
-	}
+	testenv.RequireRoot(t, "installs packages")
 }
 
 // run runs a command and returns its combined output, failing the test
