@@ -2,6 +2,7 @@ package validation
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"path"
 	"regexp"
@@ -49,6 +50,10 @@ func validateGitSourceSpec(gs *v1alpha1.GitSource) field.ErrorList {
 	var errs field.ErrorList
 	s := &gs.Spec
 	errs = append(errs, validateGitURL(s.URL, s.SecretRef != nil, specPath.Child("url"))...)
+	if s.Verify == nil && unprotectedGitURL(s.URL) {
+		errs = append(errs, field.Required(specPath.Child("verify"),
+			"a repository reached over http:// or git:// can be altered by anyone on the way: verify its commits' signatures (spec.verify), or use https:// or ssh://"))
+	}
 
 	rp := specPath.Child("ref")
 	if s.Ref.Branch == "" && s.Ref.Tag == "" && s.Ref.Commit == "" {
@@ -111,6 +116,25 @@ func validateGitSourceSpec(gs *v1alpha1.GitSource) field.ErrorList {
 		errs = requireString(errs, vp.Child("secretRef", "name"), v.SecretRef.Name, dnsSubdomain)
 	}
 	return errs
+}
+
+// unprotectedGitURL reports whether url reaches another machine over a
+// transport that neither encrypts nor authenticates (http://, git://):
+// what arrives is then only as good as the signatures on the commits.
+// Loopback stays allowed: nothing crosses a network.
+func unprotectedGitURL(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "git") {
+		return false
+	}
+	host := u.Hostname()
+	if host == "localhost" {
+		return false
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return false
+	}
+	return true
 }
 
 // validateGitURL accepts the URL forms git itself accepts for the

@@ -36,7 +36,14 @@ func TestValidateGitSource(t *testing.T) {
 		{name: "credentials over http", mutate: func(g *v1alpha1.GitSource) {
 			g.Spec.URL = "http://git.local/fleet.git"
 			g.Spec.SecretRef = &v1alpha1.LocalObjectReference{Name: "git-creds"}
-		}, want: []want{invalid("spec.url")}},
+		}, want: []want{invalid("spec.url"), required("spec.verify")}},
+		{name: "http without verification", mutate: func(g *v1alpha1.GitSource) { g.Spec.URL = "http://git.local/fleet.git" }, want: []want{required("spec.verify")}},
+		{name: "git protocol without verification", mutate: func(g *v1alpha1.GitSource) { g.Spec.URL = "git://git.local/fleet.git" }, want: []want{required("spec.verify")}},
+		{name: "http with verification", mutate: func(g *v1alpha1.GitSource) {
+			g.Spec.URL = "http://git.local/fleet.git"
+			g.Spec.Verify = &v1alpha1.GitVerification{Mode: "head", SecretRef: v1alpha1.LocalObjectReference{Name: "signers"}}
+		}},
+		{name: "http on loopback", mutate: func(g *v1alpha1.GitSource) { g.Spec.URL = "http://127.0.0.1:8080/fleet.git" }},
 		{name: "bad branch", mutate: func(g *v1alpha1.GitSource) { g.Spec.Ref.Branch = "feature..x" }, want: []want{invalid("spec.ref.branch")}},
 		{name: "branch as full ref", mutate: func(g *v1alpha1.GitSource) { g.Spec.Ref.Branch = "refs/heads/main" }, want: []want{invalid("spec.ref.branch")}},
 		{name: "branch and tag", mutate: func(g *v1alpha1.GitSource) { g.Spec.Ref.Tag = "v1.0" }, want: []want{forbidden("spec.ref.tag")}},
