@@ -1,7 +1,8 @@
 // Package testbin finds or builds the project's binaries for tests that run
 // them as a user would: $FLOTILLA_BIN/<name> when the Makefile built them,
 // otherwise a fresh `go build` into the test's temp dir. Kubectl does the
-// same for the kubectl the kubectl tests run.
+// same for the kubectl the kubectl tests run. A test that runs a binary is
+// an integration test: each of these skips it with -short (testenv).
 package testbin
 
 import (
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"flotilla.dev/flotilla/internal/testenv"
 )
 
 var (
@@ -24,6 +27,7 @@ var (
 // flotctl), building it once per test process when needed.
 func Path(t testing.TB, name string) string {
 	t.Helper()
+	testenv.Integration(t, "runs "+name)
 	if dir := os.Getenv("FLOTILLA_BIN"); dir != "" {
 		p := filepath.Join(dir, name)
 		if _, err := os.Stat(p); err == nil {
@@ -66,6 +70,7 @@ var (
 // test process.
 func Dir(t testing.TB) string {
 	t.Helper()
+	testenv.Integration(t, "runs the project's binaries")
 	if dir := os.Getenv("FLOTILLA_BIN"); dir != "" {
 		if _, err := os.Stat(filepath.Join(dir, "flotilla-agent")); err == nil {
 			return dir
@@ -111,6 +116,7 @@ var (
 // atomically, so repeated runs do not leave an 80 MB binary behind each.
 func Kubectl(t testing.TB) string {
 	t.Helper()
+	testenv.Integration(t, "runs kubectl")
 	if p := os.Getenv("FLOTILLA_KUBECTL"); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("FLOTILLA_KUBECTL: %v", err)
