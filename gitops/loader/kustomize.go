@@ -2,6 +2,7 @@ package loader
 
 import (
 	"fmt"
+	"io"
 	"io/fs"
 	"path"
 	"strings"
@@ -33,6 +34,8 @@ func kustomizationIn(fsys fs.FS, dir string) string {
 // commit.
 type kustomizeFS struct {
 	fs filesys.FileSystem
+	// skipped are files over MaxFileSize, left out of the copy.
+	skipped []string
 }
 
 func (l *load) kustomizeFS() (*kustomizeFS, error) {
@@ -41,6 +44,7 @@ func (l *load) kustomizeFS() (*kustomizeFS, error) {
 	}
 	mem := filesys.MakeFsInMemory()
 	var total int64
+	var skipped []string
 	err := fs.WalkDir(l.fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -54,21 +58,51 @@ func (l *load) kustomizeFS() (*kustomizeFS, error) {
 		if !d.Type().IsRegular() {
 			return nil
 		}
-		data, err := fs.ReadFile(l.fsys, p)
+		// Sizes are checked before anything is read: a blob of gigabytes
+		// in a followed repository must not become gigabytes of memory.
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if info.Size() > MaxFileSize {
+			// Left out (a build that needs it says so); the rest of the
+			// commit may well be manifests beside a large asset.
+			skipped = append(skipped, fmt.Sprintf("%s (%d bytes)", p, info.Size()))
+			return nil
+		}
+		if total+info.Size() > maxKustomizeBytes {
+			return fmt.Errorf("the commit holds more than %d bytes of files; kustomize builds need it in memory", maxKustomizeBytes)
+		}
+		data, err := readAtMost(l.fsys, p, MaxFileSize)
 		if err != nil {
 			return err
 		}
 		total += int64(len(data))
-		if total > maxKustomizeBytes {
-			return fmt.Errorf("the commit holds more than %d bytes of files; kustomize builds need it in memory", maxKustomizeBytes)
-		}
 		return mem.WriteFile("/"+p, data)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("preparing the commit for kustomize: %w", err)
 	}
-	l.kfs = &kustomizeFS{fs: mem}
+	l.kfs = &kustomizeFS{fs: mem, skipped: skipped}
 	return l.kfs, nil
+}
+
+// readAtMost reads a file that may hold at most limit bytes, whatever
+// its size claimed.
+func readAtMost(fsys fs.FS, p string, limit int64) ([]byte, error) {
+	f, err := fsys.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s holds more than %d bytes", p, limit)
+	}
+	return data, nil
 }
 
 // kustomize builds the kustomization in dir and adds what it produces.
@@ -87,7 +121,11 @@ func (l *load) kustomize(dir, kfile string) error {
 	opts.PluginConfig = types.DisabledPluginConfig()
 	rm, err := krusty.MakeKustomizer(opts).Run(kfs.fs, "/"+dir)
 	if err != nil {
-		l.fail(kfile, 0, "", "kustomize build %s: %s", dir, strings.ReplaceAll(err.Error(), "\n", " "))
+		msg := strings.ReplaceAll(err.Error(), "\n", " ")
+		if len(kfs.skipped) > 0 {
+			msg += fmt.Sprintf(" (files over %d bytes are left out of kustomize builds: %s)", MaxFileSize, strings.Join(kfs.skipped, ", "))
+		}
+		l.fail(kfile, 0, "", "kustomize build %s: %s", dir, msg)
 		return nil
 	}
 	for _, r := range rm.Resources() {

@@ -260,3 +260,23 @@ func TestIsRemote(t *testing.T) {
 		}
 	}
 }
+
+// A file over MaxFileSize is left out of kustomize's copy, by its size,
+// before it is read: the manifests beside it build, and a build that
+// needs it says why it is missing.
+func TestLoadKustomizeLeavesOutHugeFiles(t *testing.T) {
+	fsys := fstest.MapFS{
+		"k/kustomization.yaml": file("resources:\n- cm.yaml\n"),
+		"k/cm.yaml":            file("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app}\n"),
+		"k/huge.bin":           &fstest.MapFile{Data: make([]byte, MaxFileSize+1)},
+	}
+	objs, err := Load(fsys, nil)
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("objects %v, err %v", ids(objs), err)
+	}
+	fsys["k/kustomization.yaml"] = file("configMapGenerator:\n- name: big\n  files: [huge.bin]\n")
+	_, err = Load(fsys, nil)
+	if err == nil || !strings.Contains(err.Error(), "k/huge.bin (8388609 bytes)") {
+		t.Fatalf("a build that needs the huge file: %v", err)
+	}
+}
