@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/go-git/go-billy/v5/osfs"
 	git "github.com/go-git/go-git/v5"
@@ -214,7 +216,86 @@ func (r *Repo) Fetch(ctx context.Context, ref Ref, commit string, creds Credenti
 	return true, nil
 }
 
+// MaxFetchBytes bounds how much one fetch may add to a clone: a
+// repository that serves more (by mistake or on purpose) is cut off
+// rather than filling the hub's disk.
+var MaxFetchBytes int64 = 1 << 30
+
+// ErrFetchTooLarge ends a fetch that grew past MaxFetchBytes.
+var ErrFetchTooLarge = errors.New("the fetch grew too large")
+
 func (r *Repo) fetch(ctx context.Context, specs []config.RefSpec, depth int, auth transport.AuthMethod) error {
+	ctx, stop := r.capFetch(ctx, MaxFetchBytes)
+	err := r.fetchOnce(ctx, specs, depth, auth)
+	if tooLarge := stop(); tooLarge != nil {
+		// Nothing of it may be served later as if fetched: start afresh.
+		if rerr := r.reset(); rerr != nil {
+			return errors.Join(tooLarge, rerr)
+		}
+		return tooLarge
+	}
+	return err
+}
+
+// capFetch cancels ctx with ErrFetchTooLarge once the clone's object
+// store has grown by more than limit bytes. It watches the disk rather
+// than a transport, so it holds for https, ssh, git and file alike. stop
+// ends the watch and says whether the fetch grew too large, also when it
+// finished between two looks.
+func (r *Repo) capFetch(ctx context.Context, limit int64) (context.Context, func() error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	objects := filepath.Join(r.gitDir(), "objects")
+	start := dirSize(objects)
+	tooLarge := func() error {
+		return fmt.Errorf("%w: %s sent more than %d bytes; is this the right repository?", ErrFetchTooLarge, RedactURL(r.url), limit)
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if grown := dirSize(objects) - start; grown > limit {
+					cancel(tooLarge())
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() error {
+		close(done)
+		cancel(nil)
+		if cause := context.Cause(ctx); errors.Is(cause, ErrFetchTooLarge) {
+			return cause
+		}
+		if dirSize(objects)-start > limit {
+			return tooLarge()
+		}
+		return nil
+	}
+}
+
+// dirSize is the size of the files under dir (0 where it cannot be read).
+func dirSize(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			n += info.Size()
+		}
+		return nil
+	})
+	return n
+}
+
+func (r *Repo) fetchOnce(ctx context.Context, specs []config.RefSpec, depth int, auth transport.AuthMethod) error {
 	err := r.repo.FetchContext(ctx, &git.FetchOptions{
 		RemoteName: remoteName,
 		RefSpecs:   specs,
