@@ -15,6 +15,8 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"flotilla.dev/flotilla/internal/testenv"
 )
 
 // Start runs a one-member etcd keeping its data in dir until the test
@@ -26,9 +28,11 @@ func Start(t testing.TB, dir string) *Etcd {
 
 // StartCluster runs an etcd cluster of n members, each keeping its data
 // under dir, until the test ends; any member can be stopped to play its
-// loss.
+// loss. A test that starts an etcd is an integration test: skipped with
+// -short (testenv).
 func StartCluster(t testing.TB, dir string, n int) []*Etcd {
 	t.Helper()
+	testenv.Integration(t, "starts an embedded etcd")
 	members, err := Run(dir, n)
 	if err != nil {
 		t.Fatal(err)
