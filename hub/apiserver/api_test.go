@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"flotilla.dev/flotilla/hub/hubtest"
+	"flotilla.dev/flotilla/internal/testenv"
 )
 
 const testImage = "registry.local/app@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -315,6 +316,7 @@ func TestFinalizersHoldDeletion(t *testing.T) {
 }
 
 func TestPatchTypes(t *testing.T) {
+	testenv.Integration(t, "several seconds")
 	h := hubtest.Start(t)
 	c, deps := ctx(t), h.Client.AppsV1().Deployments("default")
 	if _, err := deps.Create(c, deployment("web", 1), metav1.CreateOptions{}); err != nil {
@@ -433,6 +435,7 @@ func TestWatchWithSelectorSeesTransitions(t *testing.T) {
 }
 
 func TestInformersSyncAndResyncAfterRestart(t *testing.T) {
+	testenv.Integration(t, "restarts the hub")
 	h := hubtest.Start(t)
 	c := ctx(t)
 	for i := 0; i < 5; i++ {
@@ -615,6 +618,7 @@ func TestBadBodies(t *testing.T) {
 }
 
 func TestServiceIPsAreUniqueAndSurviveRestart(t *testing.T) {
+	testenv.Integration(t, "restarts the hub")
 	h := hubtest.Start(t)
 	c := ctx(t)
 	svc := func(name string, ip string, typ corev1.ServiceType) *corev1.Service {
@@ -687,6 +691,7 @@ func TestDiscoveryForKubectl(t *testing.T) {
 }
 
 func TestNamespaceDeletionEmptiesIt(t *testing.T) {
+	testenv.Integration(t, "about 10 s: waits for the namespace controller")
 	h := hubtest.Start(t)
 	c := ctx(t)
 	if _, err := h.Client.CoreV1().Namespaces().Create(c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
