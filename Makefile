@@ -45,6 +45,12 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
+# Unit tests only, as any user, with nothing installed: -short skips every
+# test that needs root, a daemon, a network namespace, a built binary or
+# more than a few seconds (internal/testenv says which).
+unit:
+	$(GO) test -short ./...
+
 # Unit, integration (root: containerd, CNI, iptables), end-to-end and
 # package (packaging/: lintian, dpkg, rpm, qemu) tests, then a short fuzz
 # run of every fuzz target.
