@@ -13,6 +13,8 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"flotilla.dev/flotilla/internal/testenv"
 )
 
 func genSpec(t *testing.T, cfg ContainerConfig) *oci.Spec {
@@ -106,13 +108,18 @@ func TestSpecCapabilityRules(t *testing.T) {
 	if got := s.Process.Capabilities.Bounding; !slices.Equal(got, []string{"CAP_NET_BIND_SERVICE"}) {
 		t.Errorf("drop ALL add one = %v", got)
 	}
-	s = genSpec(t, ContainerConfig{Privileged: true, CapDrop: []string{"ALL"}})
-	if len(s.Process.Capabilities.Bounding) < 30 || mountAt(s, "/dev/shm") == nil {
-		t.Errorf("privileged caps = %d", len(s.Process.Capabilities.Bounding))
-	}
-	if len(s.Linux.MaskedPaths) != 0 {
-		t.Errorf("privileged masked paths = %v", s.Linux.MaskedPaths)
-	}
+	t.Run("privileged", func(t *testing.T) {
+		// A privileged container gets the capabilities of the process that
+		// makes its spec: none for a user.
+		testenv.RequireRoot(t, "a privileged spec has the caller's capabilities")
+		s := genSpec(t, ContainerConfig{Privileged: true, CapDrop: []string{"ALL"}})
+		if len(s.Process.Capabilities.Bounding) < 30 || mountAt(s, "/dev/shm") == nil {
+			t.Errorf("privileged caps = %d", len(s.Process.Capabilities.Bounding))
+		}
+		if len(s.Linux.MaskedPaths) != 0 {
+			t.Errorf("privileged masked paths = %v", s.Linux.MaskedPaths)
+		}
+	})
 	s = genSpec(t, ContainerConfig{Sandbox: &Sandbox{HostNetwork: true, Dir: "/x"}})
 	for _, n := range s.Linux.Namespaces {
 		if n.Type == specs.NetworkNamespace {
