@@ -380,6 +380,18 @@ func TestNodeAuthorization(t *testing.T) {
 			_, err := a.CoreV1().Events("default").Create(ctx, event("web.1", "default", corev1.ObjectReference{Kind: "Deployment", APIVersion: "apps/v1", Namespace: "default", Name: "web"}), metav1.CreateOptions{})
 			return err
 		}},
+		{"create event about own pod relating own node", true, func() error {
+			e := event("pa.2", "default", corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "pa"})
+			e.Related = &corev1.ObjectReference{Kind: "Node", Name: "a"}
+			_, err := a.CoreV1().Events("default").Create(ctx, e, metav1.CreateOptions{})
+			return err
+		}},
+		{"create event about own pod relating another node's pod", false, func() error {
+			e := event("pa.3", "default", corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "pa"})
+			e.Related = &corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "pb"}
+			_, err := a.CoreV1().Events("default").Create(ctx, e, metav1.CreateOptions{})
+			return err
+		}},
 		{"patch an event about own pod", true, func() error {
 			_, err := a.CoreV1().Events("default").Patch(ctx, "pa.0", types.MergePatchType, []byte(`{"count":2}`), metav1.PatchOptions{})
 			return err

@@ -313,19 +313,35 @@ func admitEvent(ctx context.Context, node string, obj, old *corev1.Event) error 
 }
 
 func eventAboutOwn(ctx context.Context, node string, e *corev1.Event) error {
-	ref := e.InvolvedObject
+	if err := ownObject(ctx, node, e.InvolvedObject, e.Namespace); err != nil {
+		return err
+	}
+	if e.Related != nil {
+		// The secondary object an Event points at is one of the
+		// device's too; where the Event lives is the involved object's
+		// business.
+		if err := ownObject(ctx, node, *e.Related, ""); err != nil {
+			return fmt.Errorf("%w (the Event's related object)", err)
+		}
+	}
+	return nil
+}
+
+// ownObject checks that ref is the device's Node or a pod bound to it;
+// with ns set, also that an Event about it lives in the right namespace.
+func ownObject(ctx context.Context, node string, ref corev1.ObjectReference, ns string) error {
 	switch {
 	case ref.Kind == "Node" && (ref.APIVersion == "" || ref.APIVersion == "v1"):
 		if ref.Name != node {
 			return fmt.Errorf("node restriction: device %s may write Events only about its own Node and pods, not Node %q", node, ref.Name)
 		}
-		if e.Namespace != api.NamespaceDefault {
-			return fmt.Errorf("node restriction: Events about Node %s go in the namespace %s, not %q", node, api.NamespaceDefault, e.Namespace)
+		if ns != "" && ns != api.NamespaceDefault {
+			return fmt.Errorf("node restriction: Events about Node %s go in the namespace %s, not %q", node, api.NamespaceDefault, ns)
 		}
 		return nil
 	case ref.Kind == "Pod" && (ref.APIVersion == "" || ref.APIVersion == "v1"):
-		if ref.Namespace != e.Namespace {
-			return fmt.Errorf("node restriction: an Event about pod %s/%s goes in the pod's namespace, not %q", ref.Namespace, ref.Name, e.Namespace)
+		if ns != "" && ref.Namespace != ns {
+			return fmt.Errorf("node restriction: an Event about pod %s/%s goes in the pod's namespace, not %q", ref.Namespace, ref.Name, ns)
 		}
 		lookup := apiserver.LookupFrom(ctx)
 		if lookup == nil {
