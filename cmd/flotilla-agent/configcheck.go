@@ -19,31 +19,9 @@ import (
 // newConfig is `flotilla-agent config check`: the file is read and
 // validated by the code run uses, and nothing is started.
 func newConfig() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "config",
-		Short: "Check the agent's config file",
-		Args:  cobra.NoArgs,
-	}
-	check := &cobra.Command{
-		Use:   "check",
-		Short: "Check a config file as run would read it, without starting anything",
-		Long: `Check a config file as "flotilla-agent run" would read it, without
-starting anything: unknown keys, values of the wrong type, and values the
-agent refuses (a node name that is not a DNS name, a relative path, a hub
-without credentials, bad labels, registries, trust policy or image policy)
-are reported with the file, the line and what to do, and the exit code is
-1. A good file prints "ok".
-
-FLOTILLA_<KEY> environment variables count, as they do for run.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			file, _ := cmd.Flags().GetString("config")
-			return checkConfig(file, cmd.OutOrStdout())
-		},
-	}
-	check.Flags().String("config", DefaultConfigFile, "the config file to check")
-	cmd.AddCommand(check)
-	return cmd
+	return configcheck.Command("flotilla-agent run",
+		"a node name that is not a DNS name, a relative path, a hub without credentials, bad labels, registries, trust policy or image policy",
+		DefaultConfigFile, checkConfig)
 }
 
 func checkConfig(file string, out io.Writer) error {

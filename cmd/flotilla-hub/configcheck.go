@@ -28,30 +28,9 @@ const DefaultConfigFile = "/etc/flotilla/hub.yaml"
 // newConfig is `flotilla-hub config check`: the file is read and checked
 // as serve reads it, and nothing is started or written.
 func newConfig() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "config",
-		Short: "Check the hub's config file",
-		Args:  cobra.NoArgs,
-	}
-	check := &cobra.Command{
-		Use:   "check",
-		Short: "Check a config file as serve would read it, without starting anything",
-		Long: `Check a config file as "flotilla-hub serve" would read it, without
-starting anything: unknown keys, values of the wrong type, and values the
-hub refuses (the --source-* GitSource, --tls-san names, --allow-tags
-patterns, the listen address, the data dir) are reported with the file, the line and what to do, and the
-exit code is 1. A good file prints "ok".
-
-FLOTILLA_<KEY> environment variables count, as they do for serve.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			file, _ := cmd.Flags().GetString("config")
-			return checkConfig(file, cmd.OutOrStdout())
-		},
-	}
-	check.Flags().String("config", DefaultConfigFile, "the config file to check")
-	cmd.AddCommand(check)
-	return cmd
+	return configcheck.Command("flotilla-hub serve",
+		"the --source-* GitSource, --tls-san names, --allow-tags patterns, the listen address, the data dir, the store and pod security settings",
+		DefaultConfigFile, checkConfig)
 }
 
 func checkConfig(file string, out io.Writer) error {
