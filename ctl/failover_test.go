@@ -2,7 +2,6 @@ package ctl
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,10 +22,7 @@ func TestHubFailover(t *testing.T) {
 	etcd := etcdtest.Start(t, t.TempDir())
 	opts := hubtest.Options{Store: hub.StoreEtcd, Etcd: hub.EtcdConfig{Endpoints: []string{etcd.URL}}}
 	a := hubtest.Start(t, opts)
-	opts.DataDir = t.TempDir()
-	if err := os.CopyFS(filepath.Join(opts.DataDir, "pki"), os.DirFS(filepath.Join(a.DataDir, "pki"))); err != nil {
-		t.Fatal(err)
-	}
+	opts.DataDir = a.PeerDataDir()
 	b := hubtest.Start(t, opts)
 	if _, err := b.Client.CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -3,8 +3,6 @@ package hub_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -37,10 +35,7 @@ func TestTwoHubsOnEtcd(t *testing.T) {
 	etcd := members[1]
 	cfg := hubtest.Options{Store: hub.StoreEtcd, Etcd: hub.EtcdConfig{Endpoints: etcdtest.URLs(members)}}
 	a := hubtest.Start(t, cfg)
-	cfg.DataDir = t.TempDir()
-	if err := os.CopyFS(filepath.Join(cfg.DataDir, "pki"), os.DirFS(filepath.Join(a.DataDir, "pki"))); err != nil {
-		t.Fatal(err)
-	}
+	cfg.DataDir = a.PeerDataDir()
 	b := hubtest.Start(t, cfg)
 	ctx := context.Background()
 
@@ -136,10 +131,7 @@ func TestServiceAddressesAcrossHubs(t *testing.T) {
 	etcd := etcdtest.Start(t, t.TempDir())
 	cfg := hubtest.Options{Store: hub.StoreEtcd, Etcd: hub.EtcdConfig{Endpoints: []string{etcd.URL}}}
 	a := hubtest.Start(t, cfg)
-	cfg.DataDir = t.TempDir()
-	if err := os.CopyFS(filepath.Join(cfg.DataDir, "pki"), os.DirFS(filepath.Join(a.DataDir, "pki"))); err != nil {
-		t.Fatal(err)
-	}
+	cfg.DataDir = a.PeerDataDir()
 	b := hubtest.Start(t, cfg)
 	ctx := context.Background()
 
@@ -202,10 +194,7 @@ func TestServiceAddressesAcrossHubs(t *testing.T) {
 	if _, err := raw.Put(ctx, res+"serviceips/10.43.250.250", "gone/svc 2020-01-01T00:00:00Z"); err != nil {
 		t.Fatal(err)
 	}
-	cfg.DataDir = t.TempDir()
-	if err := os.CopyFS(filepath.Join(cfg.DataDir, "pki"), os.DirFS(filepath.Join(a.DataDir, "pki"))); err != nil {
-		t.Fatal(err)
-	}
+	cfg.DataDir = a.PeerDataDir()
 	hubtest.Start(t, cfg)
 	if got, err := raw.Get(ctx, res+"serviceips/10.43.250.250"); err != nil || len(got.Kvs) != 0 {
 		t.Errorf("a reservation no Service holds survived a hub's start: %v %v", got, err)
@@ -231,10 +220,7 @@ func TestLeaderFailover(t *testing.T) {
 	}
 	cfg := hubtest.Options{Store: hub.StoreEtcd, Etcd: hub.EtcdConfig{Endpoints: []string{etcd.URL}}, Loops: loops("hub-a")}
 	a := hubtest.Start(t, cfg)
-	cfg.DataDir, cfg.Loops = t.TempDir(), loops("hub-b")
-	if err := os.CopyFS(filepath.Join(cfg.DataDir, "pki"), os.DirFS(filepath.Join(a.DataDir, "pki"))); err != nil {
-		t.Fatal(err)
-	}
+	cfg.DataDir, cfg.Loops = a.PeerDataDir(), loops("hub-b")
 	b := hubtest.Start(t, cfg)
 	hubs := map[string]*hubtest.Hub{"hub-a": a, "hub-b": b}
 	ctx := context.Background()

@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -24,10 +22,7 @@ func TestHubFailover(t *testing.T) {
 	etcd := etcdtest.Start(t, t.TempDir())
 	opts := hubtest.Options{Store: hub.StoreEtcd, Etcd: hub.EtcdConfig{Endpoints: []string{etcd.URL}}}
 	d := newTestDevice(t, opts)
-	opts.DataDir = t.TempDir()
-	if err := os.CopyFS(filepath.Join(opts.DataDir, "pki"), os.DirFS(filepath.Join(d.hub.DataDir, "pki"))); err != nil {
-		t.Fatal(err)
-	}
+	opts.DataDir = d.hub.PeerDataDir()
 	other := hubtest.Start(t, opts)
 	d.cfg.Credentials = KubeconfigCredentials(d.hub.KubeconfigPath(), d.hub.URL(), other.URL())
 	d.start()

@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -94,14 +92,7 @@ func TestMigrateRoundTrip(t *testing.T) {
 		t.Fatalf("bbolt to etcd: %q, %v", out, err)
 	}
 
-	withPKI := func() string {
-		dir := t.TempDir()
-		if err := os.CopyFS(filepath.Join(dir, "pki"), os.DirFS(filepath.Join(first.DataDir, "pki"))); err != nil {
-			t.Fatal(err)
-		}
-		return dir
-	}
-	onEtcd := hubtest.Start(t, hubtest.Options{DataDir: withPKI(), Store: hub.StoreEtcd, Etcd: hub.EtcdConfig{Endpoints: []string{etcd.URL}}})
+	onEtcd := hubtest.Start(t, hubtest.Options{DataDir: first.PeerDataDir(), Store: hub.StoreEtcd, Etcd: hub.EtcdConfig{Endpoints: []string{etcd.URL}}})
 	if order, secret := fleetOf(t, onEtcd); !slices.Equal(order, wantOrder) || secret != wantSecret {
 		t.Fatalf("on etcd: %v %q, want %v %q", order, secret, wantOrder, wantSecret)
 	}
@@ -126,10 +117,7 @@ func TestMigrateRoundTrip(t *testing.T) {
 	}
 	onEtcd.Stop()
 
-	back = t.TempDir()
-	if err := os.CopyFS(filepath.Join(back, "pki"), os.DirFS(filepath.Join(first.DataDir, "pki"))); err != nil {
-		t.Fatal(err)
-	}
+	back = first.PeerDataDir()
 	if out, err := runMigrate(t, "--from", "etcd:"+etcd.URL, "--to", "bbolt:"+back, "--quiet-period", "1s"); err != nil {
 		t.Fatalf("etcd to bbolt: %q, %v", out, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -156,4 +157,16 @@ func (h *Hub) NodeClient(node string) kubernetes.Interface {
 	}
 	return kubernetes.NewForConfigOrDie(&rest.Config{Host: h.URL(),
 		TLSClientConfig: rest.TLSClientConfig{CAData: h.PKI().CACertPEM(), CertData: cert, KeyData: key}, QPS: 1000, Burst: 1000})
+}
+
+// PeerDataDir returns a new data dir holding a copy of h's pki/, as the
+// docs tell operators to give a second hub of a fleet (one CA, one
+// Secrets key).
+func (h *Hub) PeerDataDir() string {
+	h.t.Helper()
+	dir := h.t.TempDir()
+	if err := os.CopyFS(filepath.Join(dir, "pki"), os.DirFS(filepath.Join(h.DataDir, "pki"))); err != nil {
+		h.t.Fatalf("copying the hub's pki: %v", err)
+	}
+	return dir
 }

@@ -171,10 +171,7 @@ func TestSecretSealedWithAnotherKey(t *testing.T) {
 	cfg := hubtest.Options{Store: hub.StoreEtcd, Etcd: hub.EtcdConfig{Endpoints: []string{etcd.URL}}}
 	a := hubtest.Start(t, cfg)
 	ctx := context.Background()
-	cfg.DataDir = t.TempDir()
-	if err := os.CopyFS(filepath.Join(cfg.DataDir, "pki"), os.DirFS(filepath.Join(a.DataDir, "pki"))); err != nil {
-		t.Fatal(err)
-	}
+	cfg.DataDir = a.PeerDataDir()
 	if err := os.Remove(filepath.Join(cfg.DataDir, "pki", secrets.KeyFile)); err != nil {
 		t.Fatal(err)
 	}
