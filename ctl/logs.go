@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"flotilla.dev/flotilla/api/podutil"
 )
 
 type logsOptions struct {
@@ -134,7 +136,7 @@ func (a *App) podOf(ctx context.Context, cs kubernetes.Interface, ns, kind, name
 		switch {
 		case p.DeletionTimestamp != nil:
 			return 0
-		case isPodReady(p):
+		case podutil.IsReady(p):
 			return 3
 		case p.Status.Phase == corev1.PodRunning:
 			return 2
@@ -152,15 +154,6 @@ func (a *App) podOf(ctx context.Context, cs kubernetes.Interface, ns, kind, name
 		fmt.Fprintf(a.Err, "Found %d pods, using pod/%s\n", len(items), items[0].Name)
 	}
 	return &items[0], nil
-}
-
-func isPodReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func pickContainer(pod *corev1.Pod, want string) (string, error) {

@@ -5,6 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"flotilla.dev/flotilla/api/podutil"
 )
 
 // LocalPod is one pod as the device itself sees it, for a technician on
@@ -41,7 +43,7 @@ func (k *Kubelet) LocalPods() []LocalPod {
 	for _, lp := range byUID {
 		if st, ok := k.status.Get(types.UID(lp.UID)); ok {
 			lp.Phase = st.Phase
-			lp.Ready = podReady(st)
+			lp.Ready = podutil.ConditionTrue(&st, corev1.PodReady)
 			for _, cs := range append(st.InitContainerStatuses, st.ContainerStatuses...) {
 				lp.Restarts += cs.RestartCount
 				if lp.LastError == "" {
@@ -61,15 +63,6 @@ func (k *Kubelet) LocalPods() []LocalPod {
 		return out[i].Name < out[j].Name
 	})
 	return out
-}
-
-func podReady(st corev1.PodStatus) bool {
-	for _, c := range st.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // containerProblem names what keeps a container from running well, ""

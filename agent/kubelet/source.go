@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"flotilla.dev/flotilla/agent/localstore"
-	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/api/podutil"
 )
 
 // PodSource is one origin of the pods this device should run. The kubelet
@@ -89,7 +89,7 @@ func (s *HubSource) Run(ctx context.Context, notify func(types.UID)) error {
 		return p.UID, true
 	}
 	changed := func(obj any) {
-		if p, ok := obj.(*corev1.Pod); ok && isMirror(p) {
+		if p, ok := obj.(*corev1.Pod); ok && podutil.IsMirror(p) {
 			// Not ours to run; the static source has the real pod.
 			return
 		}
@@ -108,7 +108,7 @@ func (s *HubSource) Run(ctx context.Context, notify func(types.UID)) error {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
-			if p, ok := obj.(*corev1.Pod); ok && !isMirror(p) {
+			if p, ok := obj.(*corev1.Pod); ok && !podutil.IsMirror(p) {
 				s.forget(p)
 				notify(p.UID)
 			}
@@ -141,7 +141,7 @@ func (s *HubSource) persist(store *localstore.Store, log *slog.Logger) error {
 
 func (s *HubSource) remember(obj any) {
 	p, ok := obj.(*corev1.Pod)
-	if !ok || s.store == nil || isMirror(p) {
+	if !ok || s.store == nil || podutil.IsMirror(p) {
 		return
 	}
 	if err := localstore.Put(s.store, localstore.Pods, p); err != nil {
@@ -163,7 +163,7 @@ func (s *HubSource) forget(p *corev1.Pod) {
 // them: they stand for static pods, which the static source runs.
 func (s *HubSource) Get(uid types.UID) (*corev1.Pod, bool) {
 	p, ok := s.get(uid)
-	if !ok || isMirror(p) {
+	if !ok || podutil.IsMirror(p) {
 		return nil, false
 	}
 	return p, true
@@ -181,7 +181,7 @@ func (s *HubSource) List() []*corev1.Pod {
 	objs := s.informer.GetStore().List()
 	out := make([]*corev1.Pod, 0, len(objs))
 	for _, o := range objs {
-		if p := o.(*corev1.Pod); !isMirror(p) {
+		if p := o.(*corev1.Pod); !podutil.IsMirror(p) {
 			out = append(out, p)
 		}
 	}
@@ -196,12 +196,7 @@ func (s *HubSource) mirrorOf(static *corev1.Pod) (*corev1.Pod, bool) {
 		return nil, false
 	}
 	p := obj.(*corev1.Pod)
-	return p, isMirror(p)
-}
-
-func isMirror(p *corev1.Pod) bool {
-	_, ok := p.Annotations[api.AnnotationMirrorPod]
-	return ok
+	return p, podutil.IsMirror(p)
 }
 
 // sources merges PodSources in priority order.

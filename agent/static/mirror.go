@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/api/podutil"
 )
 
 const (
@@ -114,7 +115,7 @@ func (m *Mirrorer) Sync(ctx context.Context) error {
 
 	var errs []error
 	for key, hub := range onHub {
-		if !isMirror(hub) {
+		if !podutil.IsMirror(hub) {
 			continue
 		}
 		st, ok := want[key]
@@ -132,7 +133,7 @@ func (m *Mirrorer) Sync(ctx context.Context) error {
 	}
 	for key, st := range want {
 		if hub, exists := onHub[key]; exists {
-			if !isMirror(hub) {
+			if !podutil.IsMirror(hub) {
 				errs = append(errs, fmt.Errorf("static pod %s has no mirror: a pod of that name that is not a mirror is bound to %s; it is left alone, rename one of them", key, m.node))
 			}
 			continue
@@ -142,11 +143,6 @@ func (m *Mirrorer) Sync(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func isMirror(p *corev1.Pod) bool {
-	_, ok := p.Annotations[api.AnnotationMirrorPod]
-	return ok
 }
 
 // deleteMirror deletes exactly the mirror that was listed: the UID

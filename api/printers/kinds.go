@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"flotilla.dev/flotilla/api/podutil"
 	"flotilla.dev/flotilla/api/v1alpha1"
 )
 
@@ -204,7 +205,7 @@ func podCells(pod *corev1.Pod, now time.Time) []any {
 	if n := len(pod.Spec.ReadinessGates); n > 0 {
 		ok := 0
 		for _, g := range pod.Spec.ReadinessGates {
-			if podCondition(pod, g.ConditionType) {
+			if podutil.ConditionTrue(&pod.Status, g.ConditionType) {
 				ok++
 			}
 		}

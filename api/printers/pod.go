@@ -5,6 +5,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"flotilla.dev/flotilla/api/podutil"
 )
 
 // NodeLostReason is the pod status reason the node lifecycle controller
@@ -96,7 +98,7 @@ func SummarizePod(pod *corev1.Pod) PodSummary {
 	}
 
 	counted := all
-	if !initializing || podCondition(pod, corev1.PodInitialized) {
+	if !initializing || podutil.ConditionTrue(&pod.Status, corev1.PodInitialized) {
 		counted = sidecar
 		running := false
 		// Walk backwards so that the first container's word wins.
@@ -119,7 +121,7 @@ func SummarizePod(pod *corev1.Pod) PodSummary {
 			}
 		}
 		if status == "Completed" && running {
-			if podCondition(pod, corev1.PodReady) {
+			if podutil.IsReady(pod) {
 				status = string(corev1.PodRunning)
 			} else {
 				status = "NotReady"
@@ -150,13 +152,4 @@ func (r *restartCount) add(st corev1.ContainerStatus) {
 	if t := st.LastTerminationState.Terminated; t != nil && t.FinishedAt.Time.After(r.last) {
 		r.last = t.FinishedAt.Time
 	}
-}
-
-func podCondition(pod *corev1.Pod, t corev1.PodConditionType) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == t {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/pod-security-admission/policy"
 
 	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/api/podutil"
 )
 
 // Pod Security Standards levels, and the namespace labels that choose
@@ -113,7 +114,7 @@ func (p PodSecurity) Level(ns *corev1.Namespace) string {
 // a creation; an update is checked only when it changes what the policy
 // looks at (images, containers), as in Kubernetes.
 func (p PodSecurity) CheckPod(ns *corev1.Namespace, pod, old *corev1.Pod) error {
-	if _, mirror := pod.Annotations[api.AnnotationMirrorPod]; mirror {
+	if podutil.IsMirror(pod) {
 		return nil
 	}
 	if old != nil && !significantPodUpdate(pod, old) {
@@ -167,7 +168,7 @@ func (p PodSecurity) ExistingPodWarnings(ns *corev1.Namespace, pods []*corev1.Po
 	var order []string
 	groups := map[string]*group{}
 	for _, pod := range pods {
-		if _, mirror := pod.Annotations[api.AnnotationMirrorPod]; mirror || pod.DeletionTimestamp != nil {
+		if podutil.IsMirror(pod) || pod.DeletionTimestamp != nil {
 			continue
 		}
 		r := policy.AggregateCheckResults(evaluator.EvaluatePod(pol.Enforce, &pod.ObjectMeta, &pod.Spec))

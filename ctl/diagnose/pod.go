@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"flotilla.dev/flotilla/api/podutil"
 	"flotilla.dev/flotilla/api/printers"
 )
 
@@ -385,10 +386,8 @@ func worstTerminated(pod *corev1.Pod) string {
 }
 
 func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
+	if c := podutil.Condition(&pod.Status, corev1.PodReady); c != nil {
+		return c.Status == corev1.ConditionTrue
 	}
 	// Without a Ready condition, the containers say it.
 	for _, st := range pod.Status.ContainerStatuses {

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 
+	"flotilla.dev/flotilla/api/podutil"
 	"flotilla.dev/flotilla/api/printers"
 	"flotilla.dev/flotilla/api/v1alpha1"
 	"flotilla.dev/flotilla/ctl/diagnose"
@@ -106,7 +107,7 @@ func Summarize(s *Snapshot) *Report {
 			continue
 		}
 		r.PodsWanted++
-		ready := podReady(p)
+		ready := podutil.IsReady(p)
 		if ready {
 			r.PodsReady++
 		}
@@ -196,15 +197,6 @@ func counts(m map[string]*Count) []Count {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Value < out[j].Value })
 	return out
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // Options shape the rendering.

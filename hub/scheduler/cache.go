@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"flotilla.dev/flotilla/api/podutil"
 )
 
 // ErrNoNodesAvailable is kube-scheduler's answer when there is no node at all.
@@ -276,7 +278,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 	if pod.Spec.NodeName == "" {
 		return
 	}
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+	if podutil.IsTerminal(pod) {
 		c.DeletePod(pod)
 		return
 	}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
+	"flotilla.dev/flotilla/api/podutil"
 	"flotilla.dev/flotilla/hub/controllers/controllerutil"
 )
 
@@ -190,7 +191,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 func (s *Scheduler) responsible(pod *corev1.Pod) bool {
 	return pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil &&
 		(pod.Spec.SchedulerName == "" || pod.Spec.SchedulerName == s.cfg.SchedulerName) &&
-		pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+		!podutil.IsTerminal(pod)
 }
 
 // scheduleOne takes one pod from the queue and places it; false means the
@@ -389,7 +390,7 @@ func (s *Scheduler) onPodUpdate(oldObj, newObj any) {
 		if old.Spec.NodeName == "" {
 			s.forgetUnschedulable(pod)
 		}
-		if terminal(pod) && !terminal(old) {
+		if podutil.IsTerminal(pod) && !podutil.IsTerminal(old) {
 			s.requeueUnschedulable()
 		}
 		return
@@ -419,10 +420,6 @@ func (s *Scheduler) onPodDelete(obj any) {
 	}
 	s.cache.Forget(pod)
 	s.forgetUnschedulable(pod)
-}
-
-func terminal(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
 func (s *Scheduler) isUnschedulable(pod *corev1.Pod) bool {

@@ -30,6 +30,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/api/podutil"
 	"flotilla.dev/flotilla/hub/controllers/controllerutil"
 	"flotilla.dev/flotilla/hub/controllers/deployment"
 	"flotilla.dev/flotilla/hub/controllers/replicaset"
@@ -216,7 +217,7 @@ func (c *Controller) updatePod(old, cur any) {
 			return
 		}
 		c.loop.EnqueueKey(dsKey(ds))
-		if !replicaset.IsPodReady(oldPod) && replicaset.IsPodReady(curPod) && ds.Spec.MinReadySeconds > 0 {
+		if !podutil.IsReady(oldPod) && podutil.IsReady(curPod) && ds.Spec.MinReadySeconds > 0 {
 			c.loop.EnqueueAfter(dsKey(ds), time.Duration(ds.Spec.MinReadySeconds)*time.Second+time.Second)
 		}
 		return
@@ -420,7 +421,7 @@ func (c *Controller) podsShouldBeOnNode(ds *appsv1.DaemonSet, node *corev1.Node,
 			del = append(del, p)
 		}
 		if newest != nil && oldest != nil {
-			if !replicaset.IsPodReady(oldest) || replicaset.IsPodAvailable(newest, ds.Spec.MinReadySeconds, c.clock.Now()) {
+			if !podutil.IsReady(oldest) || podutil.IsAvailable(newest, ds.Spec.MinReadySeconds, c.clock.Now()) {
 				del = append(del, oldest)
 			}
 		}
@@ -582,7 +583,7 @@ func (c *Controller) rollingUpdate(ctx context.Context, ds *appsv1.DaemonSet, no
 		unavail = 1
 	}
 	now := c.clock.Now()
-	available := func(p *corev1.Pod) bool { return replicaset.IsPodAvailable(p, ds.Spec.MinReadySeconds, now) }
+	available := func(p *corev1.Pod) bool { return podutil.IsAvailable(p, ds.Spec.MinReadySeconds, now) }
 	byName := map[string]*corev1.Node{}
 	for _, n := range nodes {
 		byName[n.Name] = n
@@ -766,9 +767,9 @@ func (c *Controller) updateStatus(ctx context.Context, ds *appsv1.DaemonSet, nod
 		sorted := append([]*corev1.Pod(nil), pods...)
 		oldestFirst(sorted)
 		p := sorted[0]
-		if replicaset.IsPodReady(p) {
+		if podutil.IsReady(p) {
 			ready++
-			if replicaset.IsPodAvailable(p, ds.Spec.MinReadySeconds, now) {
+			if podutil.IsAvailable(p, ds.Spec.MinReadySeconds, now) {
 				available++
 			}
 		}

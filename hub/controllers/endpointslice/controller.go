@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/api/podutil"
 	"flotilla.dev/flotilla/hub/controllers/controllerutil"
 	"flotilla.dev/flotilla/hub/controllers/replicaset"
 )
@@ -142,7 +143,7 @@ func endpointRelevantChange(old, cur *corev1.Pod) bool {
 	return !labels.Equals(old.Labels, cur.Labels) ||
 		old.Status.PodIP != cur.Status.PodIP ||
 		len(old.Status.PodIPs) != len(cur.Status.PodIPs) ||
-		replicaset.IsPodReady(old) != replicaset.IsPodReady(cur) ||
+		podutil.IsReady(old) != podutil.IsReady(cur) ||
 		(old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil) ||
 		old.Spec.NodeName != cur.Spec.NodeName ||
 		old.Status.Phase != cur.Status.Phase ||

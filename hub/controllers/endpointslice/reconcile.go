@@ -14,7 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"flotilla.dev/flotilla/api"
-	"flotilla.dev/flotilla/hub/controllers/replicaset"
+	"flotilla.dev/flotilla/api/podutil"
 )
 
 // ManagedBy is the value of the managed-by label on the slices this loop
@@ -71,7 +71,7 @@ func includePod(pod *corev1.Pod) bool {
 // and the Service (AnnotationMirrorEndpoints), which devices cannot write.
 // A device's word alone must not draw a Service's traffic to it.
 func mirrorMayServe(svc *corev1.Service, pod *corev1.Pod) bool {
-	if !replicaset.IsMirror(pod) {
+	if !podutil.IsMirror(pod) {
 		return true
 	}
 	return pod.Annotations[api.AnnotationServiceEndpoint] == "true" && svc.Annotations[api.AnnotationMirrorEndpoints] == "true"
@@ -91,7 +91,7 @@ func podIPv4(pod *corev1.Pod) string {
 }
 
 func podEndpoint(svc *corev1.Service, pod *corev1.Pod, ip string, nodeZone func(string) string) discoveryv1.Endpoint {
-	serving := svc.Spec.PublishNotReadyAddresses || replicaset.IsPodReady(pod)
+	serving := svc.Spec.PublishNotReadyAddresses || podutil.IsReady(pod)
 	terminating := pod.DeletionTimestamp != nil
 	// Never ready while terminating, unless the Service asked for every
 	// address regardless of state.

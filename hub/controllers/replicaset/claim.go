@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
-	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/api/podutil"
 )
 
 // Claimer decides which of a set of objects an owner controls, adopting
@@ -53,7 +53,7 @@ func (c *Claimer[T]) Claim(ctx context.Context, objs []T) ([]T, error) {
 }
 
 func (c *Claimer[T]) claimOne(ctx context.Context, o T) (T, bool, error) {
-	if IsMirror(o) {
+	if podutil.IsMirror(o) {
 		// A mirror pod stands for a static pod a device runs from its own
 		// manifests: no controller owns it, whatever labels it has (a device
 		// could otherwise lend a ReplicaSet replicas it does not have).
@@ -92,14 +92,6 @@ func (c *Claimer[T]) claimOne(ctx context.Context, o T) (T, bool, error) {
 		return o, false, err
 	}
 	return adopted, true, nil
-}
-
-// IsMirror reports whether o is a mirror pod (annotation
-// kubernetes.io/config.mirror): made by a device for one of its static
-// pods, never adopted, counted or deleted by a controller.
-func IsMirror(o metav1.Object) bool {
-	_, ok := o.GetAnnotations()[api.AnnotationMirrorPod]
-	return ok
 }
 
 // adopt returns the patched object: later writes in the same sync must

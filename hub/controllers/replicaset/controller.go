@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"flotilla.dev/flotilla/api/podutil"
 	"flotilla.dev/flotilla/hub/controllers/controllerutil"
 )
 
@@ -184,7 +185,7 @@ func (c *Controller) updatePod(old, cur any) {
 		c.loop.EnqueueKey(rsKey(rs))
 		// Becoming available is time-triggered: look again once
 		// minReadySeconds have passed.
-		if !IsPodReady(oldPod) && IsPodReady(curPod) && rs.Spec.MinReadySeconds > 0 {
+		if !podutil.IsReady(oldPod) && podutil.IsReady(curPod) && rs.Spec.MinReadySeconds > 0 {
 			c.loop.EnqueueAfter(rsKey(rs), time.Duration(rs.Spec.MinReadySeconds)*time.Second+time.Second)
 		}
 		return
@@ -257,7 +258,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	var active []*corev1.Pod
 	for _, p := range all {
-		if IsPodActive(p) {
+		if podutil.IsActive(p) {
 			active = append(active, p)
 		}
 	}
@@ -484,9 +485,9 @@ func CalculateStatus(rs *appsv1.ReplicaSet, pods []*corev1.Pod, manageErr error,
 		if templateLabels.Matches(labels.Set(p.Labels)) {
 			full++
 		}
-		if IsPodReady(p) {
+		if podutil.IsReady(p) {
 			ready++
-			if IsPodAvailable(p, rs.Spec.MinReadySeconds, now) {
+			if podutil.IsAvailable(p, rs.Spec.MinReadySeconds, now) {
 				avail++
 			}
 		}

@@ -11,6 +11,7 @@
 // deletions asked for until the informer has seen them, so a slow watch
 // never causes a second round of creations.
 //
-// The pod helpers (Ready, Available, Active) and Expectations are exported
-// because the Deployment and DaemonSet loops judge pods the same way.
+// Expectations, the Claimer, PodFromTemplate and SlowStartBatch are
+// exported because the Deployment, DaemonSet and EndpointSlice loops use
+// them too; how a pod is judged (ready, available, active) is api/podutil's.
 package replicaset

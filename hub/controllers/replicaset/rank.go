@@ -8,6 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"flotilla.dev/flotilla/api/podutil"
 )
 
 // AnnotationPodDeletionCost lets a user say which pods to delete first on
@@ -24,7 +26,7 @@ func PodsToDelete(pods, related []*corev1.Pod, n int, now time.Time) []*corev1.P
 	}
 	onNode := map[string]int{}
 	for _, p := range related {
-		if p.Spec.NodeName != "" && IsPodActive(p) {
+		if p.Spec.NodeName != "" && podutil.IsActive(p) {
 			onNode[p.Spec.NodeName]++
 		}
 	}
@@ -64,8 +66,8 @@ func deleteFirst(a, b rankedPod, now time.Time) bool {
 		return phaseOrder[p.Status.Phase] < phaseOrder[q.Status.Phase]
 	}
 	// Not ready before ready.
-	if IsPodReady(p) != IsPodReady(q) {
-		return !IsPodReady(p)
+	if podutil.IsReady(p) != podutil.IsReady(q) {
+		return !podutil.IsReady(p)
 	}
 	// Lower deletion cost first.
 	if cp, cq := deletionCost(p), deletionCost(q); cp != cq {
@@ -76,8 +78,8 @@ func deleteFirst(a, b rankedPod, now time.Time) bool {
 		return a.rank > b.rank
 	}
 	// Ready for less time before ready for longer.
-	if IsPodReady(p) && IsPodReady(q) {
-		tp, tq := podReadyTime(p), podReadyTime(q)
+	if podutil.IsReady(p) && podutil.IsReady(q) {
+		tp, tq := podutil.ReadySince(p), podutil.ReadySince(q)
 		if !tp.Equal(tq) {
 			if d := logRankDiff(tp, tq, now); d != 0 {
 				return d < 0
@@ -127,4 +129,12 @@ func logRankDiff(t1, t2 *metav1.Time, now time.Time) int64 {
 		return int64(math.Log2(float64(d)))
 	}
 	return rank(t1) - rank(t2)
+}
+
+func maxContainerRestarts(p *corev1.Pod) int32 {
+	var n int32
+	for _, c := range p.Status.ContainerStatuses {
+		n = max(n, c.RestartCount)
+	}
+	return n
 }
