@@ -27,7 +27,7 @@ import (
 	"flotilla.dev/flotilla/gitops/applier"
 	"flotilla.dev/flotilla/gitops/loader"
 	"flotilla.dev/flotilla/gitops/source"
-	"flotilla.dev/flotilla/hub/controllers/controllerutil"
+	"flotilla.dev/flotilla/internal/controlloop"
 )
 
 // Finalizer is kept on a GitSource with spec.pruneOnDelete, so that its
@@ -61,7 +61,7 @@ type Controller struct {
 	kube kubernetes.Interface
 	app  *applier.Applier
 	rec  record.EventRecorder
-	ctrl *controllerutil.Controller
+	ctrl *controlloop.Loop
 	inf  cache.SharedIndexInformer
 
 	mu     sync.Mutex
@@ -105,10 +105,10 @@ func (c *Controller) Run(ctx context.Context, rc *rest.Config) error {
 		return fmt.Errorf("gitops: clientset: %w", err)
 	}
 	c.app = applier.New(c.dyn)
-	rec, stop := controllerutil.NewRecorder(ctx, c.kube, Component)
+	rec, stop := controlloop.NewRecorder(ctx, c.kube, Component)
 	defer stop()
 	c.rec = rec
-	c.ctrl = controllerutil.New("gitops", c.reconcile, controllerutil.Options{
+	c.ctrl = controlloop.New("gitops", c.reconcile, controlloop.Options{
 		RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute),
 		Logger:      c.log,
 	})

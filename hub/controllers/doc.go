@@ -1,7 +1,8 @@
 // Package controllers is the home of the hub's control loops, one package
 // each: deployment, replicaset, daemonset, endpointslice, garbagecollector
-// and nodelifecycle, built on controllerutil; manager starts them all (and
-// the scheduler) on one shared informer cache.
+// and nodelifecycle, built on internal/controlloop (the work loop) and
+// controllerutil (what the loops share); manager starts them all (and the
+// scheduler) on one shared informer cache.
 //
 // The loops never call each other. Each watches objects through informers,
 // takes a key from a deduplicating rate-limited work queue, reads the

@@ -22,7 +22,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"flotilla.dev/flotilla/api/podutil"
-	"flotilla.dev/flotilla/hub/controllers/controllerutil"
+	"flotilla.dev/flotilla/internal/controlloop"
 )
 
 // DefaultSchedulerName is the spec.schedulerName this scheduler serves by
@@ -50,7 +50,7 @@ type Config struct {
 	// node or pod change before it is tried again anyway [60s].
 	UnschedulableTimeout time.Duration
 	// Recorder receives the Scheduled and FailedScheduling events
-	// [controllerutil.NewRecorder on the clientset].
+	// [controlloop.NewRecorder on the clientset].
 	Recorder record.EventRecorder
 	// Clock is used for the unschedulable timeout [real clock].
 	Clock  clock.WithTicker
@@ -152,7 +152,7 @@ func (s *Scheduler) Cache() *Cache { return s.cache }
 func (s *Scheduler) Run(ctx context.Context) error {
 	defer s.queue.ShutDown()
 	if s.recorder == nil {
-		rec, stop := controllerutil.NewRecorder(ctx, s.client, s.cfg.SchedulerName)
+		rec, stop := controlloop.NewRecorder(ctx, s.client, s.cfg.SchedulerName)
 		defer stop()
 		s.recorder = rec
 	}
@@ -359,7 +359,7 @@ func asPod(obj any) (*corev1.Pod, bool) {
 }
 
 func (s *Scheduler) enqueue(pod *corev1.Pod) {
-	key, err := controllerutil.Key(pod)
+	key, err := controlloop.Key(pod)
 	if err == nil {
 		s.queue.Add(key)
 	}
@@ -423,7 +423,7 @@ func (s *Scheduler) onPodDelete(obj any) {
 }
 
 func (s *Scheduler) isUnschedulable(pod *corev1.Pod) bool {
-	key, err := controllerutil.Key(pod)
+	key, err := controlloop.Key(pod)
 	if err != nil {
 		return false
 	}
@@ -434,7 +434,7 @@ func (s *Scheduler) isUnschedulable(pod *corev1.Pod) bool {
 }
 
 func (s *Scheduler) forgetUnschedulable(pod *corev1.Pod) {
-	key, err := controllerutil.Key(pod)
+	key, err := controlloop.Key(pod)
 	if err != nil {
 		return
 	}

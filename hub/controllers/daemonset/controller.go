@@ -31,9 +31,9 @@ import (
 
 	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/podutil"
-	"flotilla.dev/flotilla/hub/controllers/controllerutil"
 	"flotilla.dev/flotilla/hub/controllers/deployment"
 	"flotilla.dev/flotilla/hub/controllers/replicaset"
+	"flotilla.dev/flotilla/internal/controlloop"
 )
 
 // Name is the loop's name in logs, queue metrics and leader election.
@@ -75,7 +75,7 @@ type Controller struct {
 	// failedBackoff spaces out the deletion of failed daemon pods per
 	// node, so a node that keeps rejecting the pod is not hot-looped.
 	failedBackoff *flowcontrol.Backoff
-	loop          *controllerutil.Controller
+	loop          *controlloop.Loop
 }
 
 // New wires the loop to the factory's DaemonSet, Pod and Node informers.
@@ -104,12 +104,12 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 		exp:           replicaset.NewExpectations(opts.Clock),
 		failedBackoff: flowcontrol.NewFakeBackOff(time.Second, 15*time.Minute, opts.Clock),
 	}
-	c.loop = controllerutil.New(Name, c.sync, controllerutil.Options{Logger: opts.Logger})
+	c.loop = controlloop.New(Name, c.sync, controlloop.Options{Logger: opts.Logger})
 	if _, err := dsInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.loop.Enqueue,
 		UpdateFunc: func(_, cur any) { c.loop.Enqueue(cur) },
 		DeleteFunc: func(obj any) {
-			if k, err := controllerutil.Key(obj); err == nil {
+			if k, err := controlloop.Key(obj); err == nil {
 				c.exp.Delete(k)
 				c.loop.EnqueueKey(k)
 			}
@@ -228,7 +228,7 @@ func (c *Controller) updatePod(old, cur any) {
 }
 
 func (c *Controller) deletePod(obj any) {
-	pod, ok := controllerutil.Deleted[*corev1.Pod](obj)
+	pod, ok := controlloop.Deleted[*corev1.Pod](obj)
 	if !ok {
 		return
 	}

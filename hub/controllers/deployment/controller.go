@@ -25,8 +25,8 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
-	"flotilla.dev/flotilla/hub/controllers/controllerutil"
 	"flotilla.dev/flotilla/hub/controllers/replicaset"
+	"flotilla.dev/flotilla/internal/controlloop"
 )
 
 // Name is the loop's name in logs, queue metrics and leader election.
@@ -51,7 +51,7 @@ type Controller struct {
 	recorder  record.EventRecorder
 	clock     clock.Clock
 	log       *slog.Logger
-	loop      *controllerutil.Controller
+	loop      *controlloop.Loop
 }
 
 // New wires the loop to the factory's Deployment, ReplicaSet and Pod
@@ -75,7 +75,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 		clock:     opts.Clock,
 		log:       opts.Logger.With("controller", Name),
 	}
-	c.loop = controllerutil.New(Name, c.sync, controllerutil.Options{Logger: opts.Logger})
+	c.loop = controlloop.New(Name, c.sync, controlloop.Options{Logger: opts.Logger})
 	if _, err := dInf.Informer().AddEventHandler(c.loop.Handler()); err != nil {
 		return nil, fmt.Errorf("deployment informer: %w", err)
 	}
@@ -161,7 +161,7 @@ func (c *Controller) updateRS(old, cur any) {
 }
 
 func (c *Controller) deleteRS(obj any) {
-	rs, ok := controllerutil.Deleted[*appsv1.ReplicaSet](obj)
+	rs, ok := controlloop.Deleted[*appsv1.ReplicaSet](obj)
 	if !ok {
 		return
 	}
@@ -173,7 +173,7 @@ func (c *Controller) deleteRS(obj any) {
 // deletePod matters only to Recreate, which waits for the old pods to be
 // gone before it creates the new ReplicaSet.
 func (c *Controller) deletePod(obj any) {
-	pod, ok := controllerutil.Deleted[*corev1.Pod](obj)
+	pod, ok := controlloop.Deleted[*corev1.Pod](obj)
 	if !ok {
 		return
 	}

@@ -21,8 +21,8 @@ import (
 
 	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/podutil"
-	"flotilla.dev/flotilla/hub/controllers/controllerutil"
 	"flotilla.dev/flotilla/hub/controllers/replicaset"
+	"flotilla.dev/flotilla/internal/controlloop"
 )
 
 // Name is the loop's name in logs, queue metrics and leader election.
@@ -51,7 +51,7 @@ type Controller struct {
 	recorder    record.EventRecorder
 	maxPer      int
 	log         *slog.Logger
-	loop        *controllerutil.Controller
+	loop        *controlloop.Loop
 	// exp holds the slice creations and deletions not yet seen by the
 	// slice informer: acting before they are seen would duplicate slices.
 	exp *replicaset.Expectations
@@ -81,7 +81,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 		log:         opts.Logger.With("controller", Name),
 		exp:         replicaset.NewExpectations(opts.Clock),
 	}
-	c.loop = controllerutil.New(Name, c.sync, controllerutil.Options{Logger: opts.Logger})
+	c.loop = controlloop.New(Name, c.sync, controlloop.Options{Logger: opts.Logger})
 	if _, err := svcInf.Informer().AddEventHandler(c.loop.Handler()); err != nil {
 		return nil, fmt.Errorf("service informer: %w", err)
 	}
@@ -113,13 +113,13 @@ func (c *Controller) Run(ctx context.Context, workers int) error { return c.loop
 // enqueueForPod wakes the Services that select the pod now or selected it
 // before the change. Changes no endpoint can reflect are ignored.
 func (c *Controller) enqueueForPod(obj, oldObj any) {
-	pod, ok := controllerutil.Deleted[*corev1.Pod](obj)
+	pod, ok := controlloop.Deleted[*corev1.Pod](obj)
 	if !ok {
 		return
 	}
 	var old *corev1.Pod
 	if oldObj != nil {
-		old, _ = controllerutil.Deleted[*corev1.Pod](oldObj)
+		old, _ = controlloop.Deleted[*corev1.Pod](oldObj)
 		if old != nil && !endpointRelevantChange(old, pod) {
 			return
 		}
@@ -153,7 +153,7 @@ func endpointRelevantChange(old, cur *corev1.Pod) bool {
 // sliceEvent wakes the owning Service: a slice someone edited or deleted
 // is put back, and expected writes are counted as seen.
 func (c *Controller) sliceEvent(obj any, added, deleted bool) {
-	s, ok := controllerutil.Deleted[*discoveryv1.EndpointSlice](obj)
+	s, ok := controlloop.Deleted[*discoveryv1.EndpointSlice](obj)
 	if !ok || s.Labels[api.LabelManagedBy] != ManagedBy {
 		return
 	}

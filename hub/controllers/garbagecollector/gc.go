@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"flotilla.dev/flotilla/api"
-	"flotilla.dev/flotilla/hub/controllers/controllerutil"
+	"flotilla.dev/flotilla/internal/controlloop"
 )
 
 // Name is the loop's name in logs and leader election.
@@ -49,9 +49,9 @@ type Collector struct {
 	informers map[schema.GroupVersionResource]cache.SharedIndexInformer
 	// deleteQ handles dependents (are their owners gone?) and owners being
 	// deleted in the foreground (are their blocking dependents gone?).
-	deleteQ *controllerutil.Controller
+	deleteQ *controlloop.Loop
 	// orphanQ handles owners being deleted with the orphan finalizer.
-	orphanQ *controllerutil.Controller
+	orphanQ *controlloop.Loop
 }
 
 // New registers a metadata informer for every resource with factory.
@@ -73,8 +73,8 @@ func New(client metadata.Interface, factory metadatainformer.SharedInformerFacto
 		resources: map[schema.GroupVersionResource]*api.Resource{},
 		informers: map[schema.GroupVersionResource]cache.SharedIndexInformer{},
 	}
-	g.deleteQ = controllerutil.New(Name+"-delete", g.attemptToDelete, controllerutil.Options{Logger: opts.Logger})
-	g.orphanQ = controllerutil.New(Name+"-orphan", g.attemptToOrphan, controllerutil.Options{Logger: opts.Logger})
+	g.deleteQ = controlloop.New(Name+"-delete", g.attemptToDelete, controlloop.Options{Logger: opts.Logger})
+	g.orphanQ = controlloop.New(Name+"-orphan", g.attemptToOrphan, controlloop.Options{Logger: opts.Logger})
 	for _, r := range res {
 		inf := factory.ForResource(r.GVR).Informer()
 		if err := inf.AddIndexers(cache.Indexers{ownerIndex: indexByOwner}); err != nil {

@@ -21,6 +21,7 @@ import (
 	"flotilla.dev/flotilla/hub/controllers/nodelifecycle"
 	"flotilla.dev/flotilla/hub/controllers/replicaset"
 	"flotilla.dev/flotilla/hub/scheduler"
+	"flotilla.dev/flotilla/internal/controlloop"
 	"flotilla.dev/flotilla/internal/run"
 )
 
@@ -122,7 +123,7 @@ func RunWithClients(ctx context.Context, client kubernetes.Interface, meta metad
 			env.workers = n
 		}
 		if spec.recorder != "" {
-			r, stop := controllerutil.NewRecorder(ctx, client, spec.recorder)
+			r, stop := controlloop.NewRecorder(ctx, client, spec.recorder)
 			stops = append(stops, stop)
 			env.recorder = r
 		}

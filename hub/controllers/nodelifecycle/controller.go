@@ -20,7 +20,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"flotilla.dev/flotilla/api"
-	"flotilla.dev/flotilla/hub/controllers/controllerutil"
+	"flotilla.dev/flotilla/internal/controlloop"
 )
 
 // Config holds every figure of the loop; zero fields take the defaults in
@@ -41,7 +41,7 @@ type Config struct {
 	DisruptionThreshold float64
 	// LeaseNamespace holds the node Leases [kube-node-lease].
 	LeaseNamespace string
-	// Recorder receives events [controllerutil.NewRecorder].
+	// Recorder receives events [controlloop.NewRecorder].
 	Recorder record.EventRecorder
 	// Clock is injectable for tests [real clock].
 	Clock  clock.WithTicker
@@ -92,7 +92,7 @@ type Controller struct {
 	podIndexer  cache.Indexer
 	synced      []cache.InformerSynced
 
-	ipam   *controllerutil.Controller
+	ipam   *controlloop.Loop
 	cidrMu sync.Mutex
 	cidrs  *cidrSet
 
@@ -127,7 +127,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, c
 		cidrs:    cidrs,
 		health:   map[string]*nodeHealth{},
 	}
-	c.ipam = controllerutil.New("nodeipam", c.reconcileCIDR, controllerutil.Options{Logger: cfg.Logger})
+	c.ipam = controlloop.New("nodeipam", c.reconcileCIDR, controlloop.Options{Logger: cfg.Logger})
 
 	nodes := factory.Core().V1().Nodes()
 	leases := factory.Coordination().V1().Leases()
@@ -163,7 +163,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, c
 // Run allocates CIDRs and monitors nodes until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
 	if c.recorder == nil {
-		rec, stop := controllerutil.NewRecorder(ctx, c.client, "node-controller")
+		rec, stop := controlloop.NewRecorder(ctx, c.client, "node-controller")
 		defer stop()
 		c.recorder = rec
 	}
@@ -194,7 +194,7 @@ func (c *Controller) Run(ctx context.Context) error {
 // onNode records a CIDR read back from a Node (so it is never handed out
 // again) and queues nodes that still need one.
 func (c *Controller) onNode(obj any) {
-	node, ok := controllerutil.Deleted[*corev1.Node](obj)
+	node, ok := controlloop.Deleted[*corev1.Node](obj)
 	if !ok {
 		return
 	}
@@ -213,7 +213,7 @@ func (c *Controller) onNode(obj any) {
 }
 
 func (c *Controller) onNodeDelete(obj any) {
-	node, ok := controllerutil.Deleted[*corev1.Node](obj)
+	node, ok := controlloop.Deleted[*corev1.Node](obj)
 	if !ok || node.Spec.PodCIDR == "" {
 		return
 	}

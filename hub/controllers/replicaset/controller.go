@@ -25,7 +25,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"flotilla.dev/flotilla/api/podutil"
-	"flotilla.dev/flotilla/hub/controllers/controllerutil"
+	"flotilla.dev/flotilla/internal/controlloop"
 )
 
 // Name is the loop's name in logs, queue metrics and leader election.
@@ -65,7 +65,7 @@ type Controller struct {
 	burst     int
 	log       *slog.Logger
 	exp       *Expectations
-	loop      *controllerutil.Controller
+	loop      *controlloop.Loop
 }
 
 // New wires the loop to the factory's ReplicaSet and Pod informers. Start
@@ -92,7 +92,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 		log:       opts.Logger.With("controller", Name),
 		exp:       NewExpectations(opts.Clock),
 	}
-	c.loop = controllerutil.New(Name, c.sync, controllerutil.Options{Logger: opts.Logger})
+	c.loop = controlloop.New(Name, c.sync, controlloop.Options{Logger: opts.Logger})
 	if _, err := rsInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.loop.Enqueue,
 		UpdateFunc: func(_, cur any) { c.loop.Enqueue(cur) },
@@ -115,7 +115,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 func (c *Controller) Run(ctx context.Context, workers int) error { return c.loop.Run(ctx, workers) }
 
 func (c *Controller) deleteRS(obj any) {
-	key, err := controllerutil.Key(obj)
+	key, err := controlloop.Key(obj)
 	if err != nil {
 		return
 	}
@@ -196,7 +196,7 @@ func (c *Controller) updatePod(old, cur any) {
 }
 
 func (c *Controller) deletePod(obj any) {
-	pod, ok := controllerutil.Deleted[*corev1.Pod](obj)
+	pod, ok := controlloop.Deleted[*corev1.Pod](obj)
 	if !ok {
 		return
 	}

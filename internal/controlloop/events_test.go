@@ -1,4 +1,4 @@
-package controllerutil
+package controlloop
 
 import (
 	"context"
