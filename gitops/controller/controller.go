@@ -140,7 +140,7 @@ func (c *Controller) Run(ctx context.Context, rc *rest.Config) error {
 }
 
 // Trigger reconciles the source ns/name now.
-func (c *Controller) Trigger(ns, name string) { c.ctrl.EnqueueKey(ns + "/" + name) }
+func (c *Controller) Trigger(ns, name string) { c.ctrl.EnqueueKey(controlloop.NameKey(ns, name)) }
 
 // specChanged ignores the loop's own status writes: they must not
 // trigger another reconcile.
@@ -175,7 +175,7 @@ func (c *Controller) get(ctx context.Context, key string) (*v1alpha1.GitSource, 
 
 // cached reads the source from the informer's cache.
 func (c *Controller) cached(ns, name string) (*v1alpha1.GitSource, bool) {
-	obj, exists, err := c.inf.GetStore().GetByKey(ns + "/" + name)
+	obj, exists, err := c.inf.GetStore().GetByKey(controlloop.NameKey(ns, name))
 	if err != nil || !exists {
 		return nil, false
 	}

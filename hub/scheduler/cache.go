@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"flotilla.dev/flotilla/api/podutil"
+	"flotilla.dev/flotilla/internal/controlloop"
 )
 
 // ErrNoNodesAvailable is kube-scheduler's answer when there is no node at all.
@@ -122,7 +123,7 @@ func podKey(pod *corev1.Pod) string {
 	if pod.UID != "" {
 		return string(pod.UID)
 	}
-	return pod.Namespace + "/" + pod.Name
+	return controlloop.ObjectKey(pod)
 }
 
 // workloadKey groups the pods that should be spread: those of the same

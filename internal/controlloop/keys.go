@@ -33,4 +33,8 @@ func Deleted[T any](obj any) (T, bool) {
 // cluster-scoped object. Unlike Key it cannot fail, since obj is known to
 // have metadata; every key a loop builds by hand is built here, so that
 // the keys it enqueues and the ones it looks up are always alike.
-func ObjectKey(obj metav1.Object) string { return cache.MetaObjectToName(obj).String() }
+func ObjectKey(obj metav1.Object) string { return NameKey(obj.GetNamespace(), obj.GetName()) }
+
+// NameKey is the queue key of the object namespace/name, for a loop that
+// knows an object only by name (from a label, a reference or a caller).
+func NameKey(namespace, name string) string { return cache.NewObjectName(namespace, name).String() }

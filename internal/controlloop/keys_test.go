@@ -57,4 +57,10 @@ func TestObjectKeyAgreesWithKey(t *testing.T) {
 	if got := ObjectKey(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}}); got != "ns/p" {
 		t.Errorf("ObjectKey(pod ns/p) = %q, want ns/p", got)
 	}
+	if got := NameKey("ns", "p"); got != "ns/p" {
+		t.Errorf("NameKey(ns, p) = %q, want ns/p", got)
+	}
+	if got := NameKey("", "n1"); got != "n1" {
+		t.Errorf("NameKey of a cluster-scoped name = %q, want n1", got)
+	}
 }

@@ -31,8 +31,7 @@ import (
 
 	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/podutil"
-	"flotilla.dev/flotilla/hub/controllers/deployment"
-	"flotilla.dev/flotilla/hub/controllers/replicaset"
+	"flotilla.dev/flotilla/hub/controllers/controllerutil"
 	"flotilla.dev/flotilla/internal/controlloop"
 )
 
@@ -71,11 +70,13 @@ type Controller struct {
 	clock      clock.Clock
 	burst      int
 	log        *slog.Logger
-	exp        *replicaset.Expectations
+	exp        *controllerutil.Expectations
 	// failedBackoff spaces out the deletion of failed daemon pods per
 	// node, so a node that keeps rejecting the pod is not hot-looped.
 	failedBackoff *flowcontrol.Backoff
 	loop          *controlloop.Loop
+	// podEvents wakes a DaemonSet for the events of its pods.
+	podEvents *controllerutil.OwnerEvents[*appsv1.DaemonSet, *corev1.Pod]
 }
 
 // New wires the loop to the factory's DaemonSet, Pod and Node informers.
@@ -101,7 +102,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 		clock:         opts.Clock,
 		burst:         opts.BurstReplicas,
 		log:           opts.Logger.With("controller", Name),
-		exp:           replicaset.NewExpectations(opts.Clock),
+		exp:           controllerutil.NewExpectations(opts.Clock),
 		failedBackoff: flowcontrol.NewFakeBackOff(time.Second, 15*time.Minute, opts.Clock),
 	}
 	c.loop = controlloop.New(Name, c.sync, controlloop.Options{Logger: opts.Logger})
@@ -117,11 +118,20 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 	}); err != nil {
 		return nil, fmt.Errorf("daemonset informer: %w", err)
 	}
-	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.addPod,
-		UpdateFunc: c.updatePod,
-		DeleteFunc: c.deletePod,
-	}); err != nil {
+	c.podEvents = &controllerutil.OwnerEvents[*appsv1.DaemonSet, *corev1.Pod]{
+		Kind: GVK.Kind,
+		Get: func(ns, name string) (*appsv1.DaemonSet, error) {
+			return c.dsLister.DaemonSets(ns).Get(name)
+		},
+		Matching:             c.dsLister.GetPodDaemonSets,
+		Loop:                 c.loop,
+		Expectations:         c.exp,
+		TerminatingIsDeleted: true,
+		Recheck: func(ds *appsv1.DaemonSet, old, cur *corev1.Pod) time.Duration {
+			return controllerutil.AvailableAfter(old, cur, ds.Spec.MinReadySeconds)
+		},
+	}
+	if _, err := podInf.Informer().AddEventHandler(c.podEvents.Handler()); err != nil {
 		return nil, fmt.Errorf("pod informer: %w", err)
 	}
 	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -155,92 +165,13 @@ func (c *Controller) enqueueAll() {
 		return
 	}
 	for _, ds := range dss {
-		c.loop.EnqueueKey(dsKey(ds))
-	}
-}
-
-func dsKey(ds *appsv1.DaemonSet) string { return ds.Namespace + "/" + ds.Name }
-func podKey(p *corev1.Pod) string       { return p.Namespace + "/" + p.Name }
-
-func (c *Controller) resolve(ns string, ref *metav1.OwnerReference) *appsv1.DaemonSet {
-	if ref == nil || ref.Kind != GVK.Kind {
-		return nil
-	}
-	ds, err := c.dsLister.DaemonSets(ns).Get(ref.Name)
-	if err != nil || ds.UID != ref.UID {
-		return nil
-	}
-	return ds
-}
-
-func (c *Controller) enqueueMatching(pod *corev1.Pod) {
-	dss, err := c.dsLister.GetPodDaemonSets(pod)
-	if err != nil {
-		return
-	}
-	for _, ds := range dss {
-		c.loop.EnqueueKey(dsKey(ds))
-	}
-}
-
-func (c *Controller) addPod(obj any) {
-	pod := obj.(*corev1.Pod)
-	if pod.DeletionTimestamp != nil {
-		c.deletePod(pod)
-		return
-	}
-	if ds := c.resolve(pod.Namespace, metav1.GetControllerOfNoCopy(pod)); ds != nil {
-		c.exp.CreationObserved(dsKey(ds))
-		c.loop.EnqueueKey(dsKey(ds))
-		return
-	}
-	if metav1.GetControllerOfNoCopy(pod) == nil {
-		c.enqueueMatching(pod)
-	}
-}
-
-func (c *Controller) updatePod(old, cur any) {
-	oldPod, curPod := old.(*corev1.Pod), cur.(*corev1.Pod)
-	if curPod.DeletionTimestamp != nil {
-		c.deletePod(curPod)
-		return
-	}
-	oldRef, curRef := metav1.GetControllerOfNoCopy(oldPod), metav1.GetControllerOfNoCopy(curPod)
-	if oldRef != nil && (curRef == nil || oldRef.UID != curRef.UID) {
-		if ds := c.resolve(oldPod.Namespace, oldRef); ds != nil {
-			c.loop.EnqueueKey(dsKey(ds))
-		}
-	}
-	if curRef != nil {
-		ds := c.resolve(curPod.Namespace, curRef)
-		if ds == nil {
-			return
-		}
-		c.loop.EnqueueKey(dsKey(ds))
-		if !podutil.IsReady(oldPod) && podutil.IsReady(curPod) && ds.Spec.MinReadySeconds > 0 {
-			c.loop.EnqueueAfter(dsKey(ds), time.Duration(ds.Spec.MinReadySeconds)*time.Second+time.Second)
-		}
-		return
-	}
-	if !labels.Equals(oldPod.Labels, curPod.Labels) || oldRef != nil {
-		c.enqueueMatching(curPod)
-	}
-}
-
-func (c *Controller) deletePod(obj any) {
-	pod, ok := controlloop.Deleted[*corev1.Pod](obj)
-	if !ok {
-		return
-	}
-	if ds := c.resolve(pod.Namespace, metav1.GetControllerOfNoCopy(pod)); ds != nil {
-		c.exp.DeletionObserved(dsKey(ds), podKey(pod))
-		c.loop.EnqueueKey(dsKey(ds))
+		c.loop.EnqueueKey(controlloop.ObjectKey(ds))
 	}
 }
 
 // Hash is the controller-revision-hash of ds's current template.
 func Hash(ds *appsv1.DaemonSet) string {
-	return deployment.ComputeHash(&ds.Spec.Template, ds.Status.CollisionCount)
+	return controllerutil.ComputeHash(&ds.Spec.Template, ds.Status.CollisionCount)
 }
 
 func (c *Controller) sync(ctx context.Context, key string) error {
@@ -301,7 +232,7 @@ func (c *Controller) nodeToPods(ctx context.Context, ds *appsv1.DaemonSet, selec
 	}
 	var pods []*corev1.Pod
 	if claim {
-		claimer := &replicaset.Claimer[*corev1.Pod]{
+		claimer := &controllerutil.Claimer[*corev1.Pod]{
 			Owner: ds, OwnerGVK: GVK, Selector: selector,
 			Patch: func(ctx context.Context, name string, data []byte) (*corev1.Pod, error) {
 				return c.client.CoreV1().Pods(ds.Namespace).Patch(ctx, name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
@@ -384,7 +315,7 @@ func (c *Controller) podsShouldBeOnNode(ds *appsv1.DaemonSet, node *corev1.Node,
 				bk := string(ds.UID) + "/" + node.Name
 				now := c.clock.Now()
 				if c.failedBackoff.IsInBackOffSinceUpdate(bk, now) {
-					c.loop.EnqueueAfter(dsKey(ds), c.failedBackoff.Get(bk))
+					c.loop.EnqueueAfter(controlloop.ObjectKey(ds), c.failedBackoff.Get(bk))
 					continue
 				}
 				c.failedBackoff.Next(bk, now)
@@ -443,7 +374,7 @@ func newPod(ds *appsv1.DaemonSet, node, hash string) *corev1.Pod {
 		tmpl.Labels = map[string]string{}
 	}
 	tmpl.Labels[appsv1.ControllerRevisionHashLabelKey] = hash
-	pod := replicaset.PodFromTemplate(tmpl, ds, GVK)
+	pod := controllerutil.PodFromTemplate(tmpl, ds, GVK)
 	pod.Spec.Affinity = PinToNode(pod.Spec.Affinity, node)
 	AddDaemonTolerations(&pod.Spec)
 	return pod
@@ -452,7 +383,7 @@ func newPod(ds *appsv1.DaemonSet, node, hash string) *corev1.Pod {
 // syncNodes deletes del and creates a pod for each node in create, with
 // expectations so the next sync waits until the cache has seen them.
 func (c *Controller) syncNodes(ctx context.Context, ds *appsv1.DaemonSet, del []*corev1.Pod, create []string, hash string) error {
-	key := dsKey(ds)
+	key := controlloop.ObjectKey(ds)
 	create = create[:min(len(create), c.burst)]
 	del = del[:min(len(del), c.burst)]
 	if len(create) == 0 && len(del) == 0 {
@@ -460,14 +391,14 @@ func (c *Controller) syncNodes(ctx context.Context, ds *appsv1.DaemonSet, del []
 	}
 	delKeys := make([]string, len(del))
 	for i, p := range del {
-		delKeys[i] = podKey(p)
+		delKeys[i] = controlloop.ObjectKey(p)
 	}
 	c.exp.Expect(key, len(create), delKeys)
 
 	var errs []error
 	var mu sync.Mutex
 	next := 0
-	created, err := replicaset.SlowStartBatch(len(create), 1, func() error {
+	created, err := controllerutil.SlowStartBatch(len(create), 1, func() error {
 		mu.Lock()
 		node := create[next]
 		next++
@@ -501,12 +432,12 @@ func (c *Controller) syncNodes(ctx context.Context, ds *appsv1.DaemonSet, del []
 			case err == nil:
 				c.recorder.Eventf(ds, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted pod: %v", p.Name)
 			case apierrors.IsNotFound(err):
-				c.exp.DeletionObserved(key, podKey(p))
+				c.exp.DeletionObserved(key, controlloop.ObjectKey(p))
 			default:
-				c.exp.DeletionObserved(key, podKey(p))
+				c.exp.DeletionObserved(key, controlloop.ObjectKey(p))
 				c.recorder.Eventf(ds, corev1.EventTypeWarning, ReasonFailedDelete, "Error deleting: %v", err)
 				mu.Lock()
-				errs = append(errs, fmt.Errorf("delete daemon pod %s: %w", podKey(p), err))
+				errs = append(errs, fmt.Errorf("delete daemon pod %s: %w", controlloop.ObjectKey(p), err))
 				mu.Unlock()
 			}
 		}()
@@ -712,7 +643,7 @@ func (c *Controller) announce(ctx context.Context, ds *appsv1.DaemonSet, pods []
 	for _, p := range pods {
 		_, err := c.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("announce the next images to pod %s: %w", podKey(p), err))
+			errs = append(errs, fmt.Errorf("announce the next images to pod %s: %w", controlloop.ObjectKey(p), err))
 		}
 	}
 	if n := len(pods) - len(errs); n > 0 {
@@ -787,7 +718,7 @@ func (c *Controller) updateStatus(ctx context.Context, ds *appsv1.DaemonSet, nod
 	st.NumberMisscheduled = misscheduled
 	st.ObservedGeneration = ds.Generation
 	if ds.Spec.MinReadySeconds > 0 && ready != available {
-		c.loop.EnqueueAfter(dsKey(ds), time.Duration(ds.Spec.MinReadySeconds)*time.Second)
+		c.loop.EnqueueAfter(controlloop.ObjectKey(ds), time.Duration(ds.Spec.MinReadySeconds)*time.Second)
 	}
 	if apiequality.Semantic.DeepEqual(&ds.Status, st) {
 		return nil
@@ -795,7 +726,7 @@ func (c *Controller) updateStatus(ctx context.Context, ds *appsv1.DaemonSet, nod
 	cp := ds.DeepCopy()
 	cp.Status = *st
 	if _, err := c.client.AppsV1().DaemonSets(ds.Namespace).UpdateStatus(ctx, cp, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("update status of daemonset %s: %w", dsKey(ds), err)
+		return fmt.Errorf("update status of daemonset %s: %w", controlloop.ObjectKey(ds), err)
 	}
 	return nil
 }

@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"flotilla.dev/flotilla/hub/controllers/controllerutil"
 	"flotilla.dev/flotilla/hub/controllers/replicaset"
 	"flotilla.dev/flotilla/internal/controlloop"
 )
@@ -52,6 +53,8 @@ type Controller struct {
 	clock     clock.Clock
 	log       *slog.Logger
 	loop      *controlloop.Loop
+	// rsEvents wakes a Deployment for the events of its ReplicaSets.
+	rsEvents *controllerutil.OwnerEvents[*appsv1.Deployment, *appsv1.ReplicaSet]
 }
 
 // New wires the loop to the factory's Deployment, ReplicaSet and Pod
@@ -79,11 +82,15 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 	if _, err := dInf.Informer().AddEventHandler(c.loop.Handler()); err != nil {
 		return nil, fmt.Errorf("deployment informer: %w", err)
 	}
-	if _, err := rsInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.addRS,
-		UpdateFunc: c.updateRS,
-		DeleteFunc: c.deleteRS,
-	}); err != nil {
+	c.rsEvents = &controllerutil.OwnerEvents[*appsv1.Deployment, *appsv1.ReplicaSet]{
+		Kind: GVK.Kind,
+		Get: func(ns, name string) (*appsv1.Deployment, error) {
+			return c.dLister.Deployments(ns).Get(name)
+		},
+		Matching: c.matching,
+		Loop:     c.loop,
+	}
+	if _, err := rsInf.Informer().AddEventHandler(c.rsEvents.Handler()); err != nil {
 		return nil, fmt.Errorf("replicaset informer: %w", err)
 	}
 	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -98,76 +105,21 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 // Run runs workers until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) error { return c.loop.Run(ctx, workers) }
 
-func key(d *appsv1.Deployment) string { return d.Namespace + "/" + d.Name }
-
-func (c *Controller) resolve(ns string, ref *metav1.OwnerReference) *appsv1.Deployment {
-	if ref == nil || ref.Kind != GVK.Kind {
-		return nil
-	}
-	d, err := c.dLister.Deployments(ns).Get(ref.Name)
-	if err != nil || d.UID != ref.UID {
-		return nil
-	}
-	return d
-}
-
-func (c *Controller) enqueueMatching(rs *appsv1.ReplicaSet) {
+// matching lists the Deployments that may adopt the orphan rs.
+func (c *Controller) matching(rs *appsv1.ReplicaSet) ([]*appsv1.Deployment, error) {
 	ds, err := c.dLister.Deployments(rs.Namespace).List(labels.Everything())
 	if err != nil {
-		return
+		return nil, err
 	}
+	var out []*appsv1.Deployment
 	for _, d := range ds {
 		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
 		if err != nil || sel.Empty() || !sel.Matches(labels.Set(rs.Labels)) {
 			continue
 		}
-		c.loop.EnqueueKey(key(d))
+		out = append(out, d)
 	}
-}
-
-func (c *Controller) addRS(obj any) {
-	rs := obj.(*appsv1.ReplicaSet)
-	if rs.DeletionTimestamp != nil {
-		c.deleteRS(rs)
-		return
-	}
-	if ref := metav1.GetControllerOfNoCopy(rs); ref != nil {
-		if d := c.resolve(rs.Namespace, ref); d != nil {
-			c.loop.EnqueueKey(key(d))
-		}
-		return
-	}
-	c.enqueueMatching(rs)
-}
-
-func (c *Controller) updateRS(old, cur any) {
-	oldRS, curRS := old.(*appsv1.ReplicaSet), cur.(*appsv1.ReplicaSet)
-	oldRef, curRef := metav1.GetControllerOfNoCopy(oldRS), metav1.GetControllerOfNoCopy(curRS)
-	refChanged := (oldRef == nil) != (curRef == nil) || (oldRef != nil && curRef != nil && oldRef.UID != curRef.UID)
-	if refChanged && oldRef != nil {
-		if d := c.resolve(oldRS.Namespace, oldRef); d != nil {
-			c.loop.EnqueueKey(key(d))
-		}
-	}
-	if curRef != nil {
-		if d := c.resolve(curRS.Namespace, curRef); d != nil {
-			c.loop.EnqueueKey(key(d))
-		}
-		return
-	}
-	if refChanged || !labels.Equals(oldRS.Labels, curRS.Labels) {
-		c.enqueueMatching(curRS)
-	}
-}
-
-func (c *Controller) deleteRS(obj any) {
-	rs, ok := controlloop.Deleted[*appsv1.ReplicaSet](obj)
-	if !ok {
-		return
-	}
-	if d := c.resolve(rs.Namespace, metav1.GetControllerOfNoCopy(rs)); d != nil {
-		c.loop.EnqueueKey(key(d))
-	}
+	return out, nil
 }
 
 // deletePod matters only to Recreate, which waits for the old pods to be
@@ -177,17 +129,14 @@ func (c *Controller) deletePod(obj any) {
 	if !ok {
 		return
 	}
-	ref := metav1.GetControllerOfNoCopy(pod)
-	if ref == nil || ref.Kind != replicaset.GVK.Kind {
+	rs, ok := controllerutil.ResolveController(pod.Namespace, metav1.GetControllerOfNoCopy(pod), replicaset.GVK.Kind,
+		func(ns, name string) (*appsv1.ReplicaSet, error) { return c.rsLister.ReplicaSets(ns).Get(name) })
+	if !ok {
 		return
 	}
-	rs, err := c.rsLister.ReplicaSets(pod.Namespace).Get(ref.Name)
-	if err != nil || rs.UID != ref.UID {
-		return
-	}
-	d := c.resolve(rs.Namespace, metav1.GetControllerOfNoCopy(rs))
-	if d != nil && d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
-		c.loop.EnqueueKey(key(d))
+	d, ok := c.rsEvents.Resolve(rs.Namespace, metav1.GetControllerOfNoCopy(rs))
+	if ok && d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
+		c.loop.EnqueueKey(controlloop.ObjectKey(d))
 	}
 }
 
@@ -255,7 +204,7 @@ func (c *Controller) claimReplicaSets(ctx context.Context, d *appsv1.Deployment,
 	if err != nil {
 		return nil, err
 	}
-	claimer := &replicaset.Claimer[*appsv1.ReplicaSet]{
+	claimer := &controllerutil.Claimer[*appsv1.ReplicaSet]{
 		Owner:    d,
 		OwnerGVK: GVK,
 		Selector: selector,
@@ -376,7 +325,7 @@ func (s *step) getNewReplicaSet(ctx context.Context, existing *appsv1.ReplicaSet
 	}
 
 	template := *d.Spec.Template.DeepCopy()
-	hash := ComputeHash(&d.Spec.Template, d.Status.CollisionCount)
+	hash := controllerutil.ComputeHash(&d.Spec.Template, d.Status.CollisionCount)
 	if template.Labels == nil {
 		template.Labels = map[string]string{}
 	}
@@ -594,10 +543,10 @@ func (s *step) requeueStuck(st appsv1.DeploymentStatus) {
 	}
 	after := cur.LastUpdateTime.Add(time.Duration(*d.Spec.ProgressDeadlineSeconds) * time.Second).Sub(s.now())
 	if after < time.Second {
-		s.c.loop.Queue().AddRateLimited(key(d))
+		s.c.loop.Queue().AddRateLimited(controlloop.ObjectKey(d))
 		return
 	}
-	s.c.loop.EnqueueAfter(key(d), after+time.Second)
+	s.c.loop.EnqueueAfter(controlloop.ObjectKey(d), after+time.Second)
 }
 
 // ---- rolling update ----

@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"flotilla.dev/flotilla/hub/controllers/controllerutil"
 )
 
 // settle brings a fresh Deployment to a complete rollout of v1.
@@ -104,7 +106,7 @@ func TestRollingUpdateTable(t *testing.T) {
 		t.Errorf("deployment revision %q, want 2", d.Annotations[AnnotationRevision])
 	}
 	nw := w.rsByVersion()["v2"]
-	if nw.Name != "shop-"+ComputeHash(&d.Spec.Template, nil) || nw.Labels[appsv1.DefaultDeploymentUniqueLabelKey] != ComputeHash(&d.Spec.Template, nil) {
+	if nw.Name != "shop-"+controllerutil.ComputeHash(&d.Spec.Template, nil) || nw.Labels[appsv1.DefaultDeploymentUniqueLabelKey] != controllerutil.ComputeHash(&d.Spec.Template, nil) {
 		t.Errorf("new ReplicaSet %s labels %v: name and pod-template-hash must be the template hash", nw.Name, nw.Labels)
 	}
 	if nw.Spec.Selector.MatchLabels[appsv1.DefaultDeploymentUniqueLabelKey] == "" {
@@ -294,7 +296,7 @@ func TestRevisionHistoryLimit(t *testing.T) {
 func TestAdoptsMatchingReplicaSet(t *testing.T) {
 	d := newDeployment("shop", 2, intstr.FromInt32(1), intstr.FromInt32(0))
 	tmpl := d.Spec.Template.DeepCopy()
-	hash := ComputeHash(tmpl, nil)
+	hash := controllerutil.ComputeHash(tmpl, nil)
 	tmpl.Labels[appsv1.DefaultDeploymentUniqueLabelKey] = hash
 	orphan := &appsv1.ReplicaSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "shop-" + hash, Namespace: "default", UID: "orphan", Labels: tmpl.Labels},

@@ -1,9 +1,7 @@
 package deployment
 
 import (
-	"encoding/binary"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"sort"
 	"strconv"
@@ -14,9 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/dump"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/rand"
 )
 
 // Annotations Kubernetes' Deployment controller writes, under the same
@@ -49,21 +45,6 @@ const (
 	ReasonScalingReplicaSet = "ScalingReplicaSet"
 	ReasonSelectingAll      = "SelectingAll"
 )
-
-// ComputeHash is the pod-template-hash of template: FNV-32a over the
-// template printed by the same deterministic printer Kubernetes uses, plus
-// the collision count, encoded into safe characters. The same template gives
-// the same hash on every hub and across restarts.
-func ComputeHash(template *corev1.PodTemplateSpec, collisionCount *int32) string {
-	h := fnv.New32a()
-	h.Write([]byte(dump.ForHash(*template)))
-	if collisionCount != nil {
-		b := make([]byte, 8)
-		binary.LittleEndian.PutUint32(b, uint32(*collisionCount))
-		h.Write(b)
-	}
-	return rand.SafeEncodeString(fmt.Sprint(h.Sum32()))
-}
 
 // EqualIgnoreHash compares two pod templates ignoring pod-template-hash.
 func EqualIgnoreHash(a, b *corev1.PodTemplateSpec) bool {

@@ -21,7 +21,7 @@ import (
 
 	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/podutil"
-	"flotilla.dev/flotilla/hub/controllers/replicaset"
+	"flotilla.dev/flotilla/hub/controllers/controllerutil"
 	"flotilla.dev/flotilla/internal/controlloop"
 )
 
@@ -54,7 +54,7 @@ type Controller struct {
 	loop        *controlloop.Loop
 	// exp holds the slice creations and deletions not yet seen by the
 	// slice informer: acting before they are seen would duplicate slices.
-	exp *replicaset.Expectations
+	exp *controllerutil.Expectations
 }
 
 // New wires the loop to the factory's Service, Pod, Node and EndpointSlice
@@ -79,7 +79,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 		recorder:    recorder,
 		maxPer:      opts.MaxEndpointsPerSlice,
 		log:         opts.Logger.With("controller", Name),
-		exp:         replicaset.NewExpectations(opts.Clock),
+		exp:         controllerutil.NewExpectations(opts.Clock),
 	}
 	c.loop = controlloop.New(Name, c.sync, controlloop.Options{Logger: opts.Logger})
 	if _, err := svcInf.Informer().AddEventHandler(c.loop.Handler()); err != nil {
@@ -134,7 +134,7 @@ func (c *Controller) enqueueForPod(obj, oldObj any) {
 		}
 		sel := labels.SelectorFromValidatedSet(svc.Spec.Selector)
 		if sel.Matches(labels.Set(pod.Labels)) || (old != nil && sel.Matches(labels.Set(old.Labels))) {
-			c.loop.EnqueueKey(svc.Namespace + "/" + svc.Name)
+			c.loop.EnqueueKey(controlloop.ObjectKey(svc))
 		}
 	}
 }
@@ -161,12 +161,12 @@ func (c *Controller) sliceEvent(obj any, added, deleted bool) {
 	if svc == "" {
 		return
 	}
-	key := s.Namespace + "/" + svc
+	key := controlloop.NameKey(s.Namespace, svc)
 	switch {
 	case added:
 		c.exp.CreationObserved(key)
 	case deleted:
-		c.exp.DeletionObserved(key, s.Namespace+"/"+s.Name)
+		c.exp.DeletionObserved(key, controlloop.ObjectKey(s))
 	}
 	c.loop.EnqueueKey(key)
 }
@@ -252,7 +252,7 @@ func (c *Controller) apply(ctx context.Context, svc *corev1.Service, key string,
 	}
 	delKeys := make([]string, len(plan.Delete))
 	for i, s := range plan.Delete {
-		delKeys[i] = s.Namespace + "/" + s.Name
+		delKeys[i] = controlloop.ObjectKey(s)
 	}
 	c.exp.Expect(key, len(plan.Create), delKeys)
 	slices := c.client.DiscoveryV1().EndpointSlices(svc.Namespace)
@@ -275,7 +275,7 @@ func (c *Controller) apply(ctx context.Context, svc *corev1.Service, key string,
 	for _, s := range plan.Delete {
 		err := slices.Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.UID}})
 		if err != nil {
-			c.exp.DeletionObserved(key, s.Namespace+"/"+s.Name)
+			c.exp.DeletionObserved(key, controlloop.ObjectKey(s))
 			if !apierrors.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("delete endpointslice %s/%s: %w", s.Namespace, s.Name, err))
 			}

@@ -235,11 +235,7 @@ func (g *Collector) cached(r ref) metav1.Object {
 	if !ok {
 		return nil
 	}
-	k := r.name
-	if r.namespace != "" {
-		k = r.namespace + "/" + r.name
-	}
-	obj, exists, err := inf.GetIndexer().GetByKey(k)
+	obj, exists, err := inf.GetIndexer().GetByKey(controlloop.NameKey(r.namespace, r.name))
 	if err != nil || !exists {
 		return nil
 	}

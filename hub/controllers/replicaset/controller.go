@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -25,6 +24,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"flotilla.dev/flotilla/api/podutil"
+	"flotilla.dev/flotilla/hub/controllers/controllerutil"
 	"flotilla.dev/flotilla/internal/controlloop"
 )
 
@@ -64,8 +64,10 @@ type Controller struct {
 	clock     clock.Clock
 	burst     int
 	log       *slog.Logger
-	exp       *Expectations
+	exp       *controllerutil.Expectations
 	loop      *controlloop.Loop
+	// podEvents wakes a ReplicaSet for the events of its pods.
+	podEvents *controllerutil.OwnerEvents[*appsv1.ReplicaSet, *corev1.Pod]
 }
 
 // New wires the loop to the factory's ReplicaSet and Pod informers. Start
@@ -90,7 +92,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 		clock:     opts.Clock,
 		burst:     opts.BurstReplicas,
 		log:       opts.Logger.With("controller", Name),
-		exp:       NewExpectations(opts.Clock),
+		exp:       controllerutil.NewExpectations(opts.Clock),
 	}
 	c.loop = controlloop.New(Name, c.sync, controlloop.Options{Logger: opts.Logger})
 	if _, err := rsInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -100,11 +102,20 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 	}); err != nil {
 		return nil, fmt.Errorf("replicaset informer: %w", err)
 	}
-	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.addPod,
-		UpdateFunc: c.updatePod,
-		DeleteFunc: c.deletePod,
-	}); err != nil {
+	c.podEvents = &controllerutil.OwnerEvents[*appsv1.ReplicaSet, *corev1.Pod]{
+		Kind: GVK.Kind,
+		Get: func(ns, name string) (*appsv1.ReplicaSet, error) {
+			return c.rsLister.ReplicaSets(ns).Get(name)
+		},
+		Matching:             c.rsLister.GetPodReplicaSets,
+		Loop:                 c.loop,
+		Expectations:         c.exp,
+		TerminatingIsDeleted: true,
+		Recheck: func(rs *appsv1.ReplicaSet, old, cur *corev1.Pod) time.Duration {
+			return controllerutil.AvailableAfter(old, cur, rs.Spec.MinReadySeconds)
+		},
+	}
+	if _, err := podInf.Informer().AddEventHandler(c.podEvents.Handler()); err != nil {
 		return nil, fmt.Errorf("pod informer: %w", err)
 	}
 	c.loop.WaitFor(rsInf.Informer().HasSynced, podInf.Informer().HasSynced)
@@ -121,113 +132,6 @@ func (c *Controller) deleteRS(obj any) {
 	}
 	c.exp.Delete(key)
 	c.loop.EnqueueKey(key)
-}
-
-// resolve returns the cached ReplicaSet a controllerRef points to, if it is
-// still the same object.
-func (c *Controller) resolve(ns string, ref *metav1.OwnerReference) *appsv1.ReplicaSet {
-	if ref.Kind != GVK.Kind {
-		return nil
-	}
-	rs, err := c.rsLister.ReplicaSets(ns).Get(ref.Name)
-	if err != nil || rs.UID != ref.UID {
-		return nil
-	}
-	return rs
-}
-
-func rsKey(rs *appsv1.ReplicaSet) string { return rs.Namespace + "/" + rs.Name }
-func podKey(p *corev1.Pod) string        { return p.Namespace + "/" + p.Name }
-
-func (c *Controller) addPod(obj any) {
-	pod := obj.(*corev1.Pod)
-	if pod.DeletionTimestamp != nil {
-		// Seen for the first time already terminating (a re-list): its
-		// deletion is what counts.
-		c.deletePod(pod)
-		return
-	}
-	if ref := metav1.GetControllerOfNoCopy(pod); ref != nil {
-		if rs := c.resolve(pod.Namespace, ref); rs != nil {
-			c.exp.CreationObserved(rsKey(rs))
-			c.loop.EnqueueKey(rsKey(rs))
-		}
-		return
-	}
-	c.enqueueMatching(pod)
-}
-
-func (c *Controller) updatePod(old, cur any) {
-	// The manager's informers never resync, so every update is a change.
-	oldPod, curPod := old.(*corev1.Pod), cur.(*corev1.Pod)
-	labelsChanged := !labels.Equals(oldPod.Labels, curPod.Labels)
-	if curPod.DeletionTimestamp != nil {
-		// Graceful deletion started: count it as the deletion now, so a
-		// replacement is created without waiting for the grace period.
-		c.deletePod(curPod)
-		if labelsChanged {
-			c.deletePod(oldPod)
-		}
-		return
-	}
-	oldRef, curRef := metav1.GetControllerOfNoCopy(oldPod), metav1.GetControllerOfNoCopy(curPod)
-	refChanged := !equalRefs(oldRef, curRef)
-	if refChanged && oldRef != nil {
-		if rs := c.resolve(oldPod.Namespace, oldRef); rs != nil {
-			c.loop.EnqueueKey(rsKey(rs))
-		}
-	}
-	if curRef != nil {
-		rs := c.resolve(curPod.Namespace, curRef)
-		if rs == nil {
-			return
-		}
-		c.loop.EnqueueKey(rsKey(rs))
-		// Becoming available is time-triggered: look again once
-		// minReadySeconds have passed.
-		if !podutil.IsReady(oldPod) && podutil.IsReady(curPod) && rs.Spec.MinReadySeconds > 0 {
-			c.loop.EnqueueAfter(rsKey(rs), time.Duration(rs.Spec.MinReadySeconds)*time.Second+time.Second)
-		}
-		return
-	}
-	if labelsChanged || refChanged {
-		c.enqueueMatching(curPod)
-	}
-}
-
-func (c *Controller) deletePod(obj any) {
-	pod, ok := controlloop.Deleted[*corev1.Pod](obj)
-	if !ok {
-		return
-	}
-	ref := metav1.GetControllerOfNoCopy(pod)
-	if ref == nil {
-		return
-	}
-	rs := c.resolve(pod.Namespace, ref)
-	if rs == nil {
-		return
-	}
-	c.exp.DeletionObserved(rsKey(rs), podKey(pod))
-	c.loop.EnqueueKey(rsKey(rs))
-}
-
-// enqueueMatching wakes every ReplicaSet that could adopt an orphan.
-func (c *Controller) enqueueMatching(pod *corev1.Pod) {
-	rss, err := c.rsLister.GetPodReplicaSets(pod)
-	if err != nil {
-		return // no ReplicaSet matches
-	}
-	for _, rs := range rss {
-		c.loop.EnqueueKey(rsKey(rs))
-	}
-}
-
-func equalRefs(a, b *metav1.OwnerReference) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return a.UID == b.UID
 }
 
 // sync takes one step for the ReplicaSet named by key.
@@ -262,7 +166,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 			active = append(active, p)
 		}
 	}
-	claimer := &Claimer[*corev1.Pod]{
+	claimer := &controllerutil.Claimer[*corev1.Pod]{
 		Owner:    rs,
 		OwnerGVK: GVK,
 		Selector: selector,
@@ -311,7 +215,7 @@ func (c *Controller) manageReplicas(ctx context.Context, pods []*corev1.Pod, rs 
 	case diff < 0:
 		n := min(-diff, c.burst)
 		c.exp.ExpectCreations(key, n)
-		created, err := SlowStartBatch(n, 1, func() error { return c.createPod(ctx, rs) })
+		created, err := controllerutil.SlowStartBatch(n, 1, func() error { return c.createPod(ctx, rs) })
 		// The creations that were never attempted or failed will never be
 		// observed: stop waiting for them.
 		for range n - created {
@@ -323,7 +227,7 @@ func (c *Controller) manageReplicas(ctx context.Context, pods []*corev1.Pod, rs 
 		victims := PodsToDelete(pods, c.relatedPods(rs), n, c.clock.Now())
 		keys := make([]string, len(victims))
 		for i, p := range victims {
-			keys[i] = podKey(p)
+			keys[i] = controlloop.ObjectKey(p)
 		}
 		c.exp.ExpectDeletions(key, keys)
 		var mu sync.Mutex
@@ -334,7 +238,7 @@ func (c *Controller) manageReplicas(ctx context.Context, pods []*corev1.Pod, rs 
 			go func() {
 				defer wg.Done()
 				if err := c.deletePodForRS(ctx, rs, p); err != nil {
-					c.exp.DeletionObserved(key, podKey(p))
+					c.exp.DeletionObserved(key, controlloop.ObjectKey(p))
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -376,37 +280,8 @@ func (c *Controller) relatedPods(rs *appsv1.ReplicaSet) []*corev1.Pod {
 	return out
 }
 
-// PodFromTemplate builds a pod for owner from template: labels, annotations,
-// finalizers and spec copied, a controller ownerReference with
-// blockOwnerDeletion, and a generated name prefixed by the owner's name.
-func PodFromTemplate(template *corev1.PodTemplateSpec, owner metav1.Object, gvk schema.GroupVersionKind) *corev1.Pod {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			GenerateName:    owner.GetName() + "-",
-			Namespace:       owner.GetNamespace(),
-			Labels:          copyMap(template.Labels),
-			Annotations:     copyMap(template.Annotations),
-			Finalizers:      append([]string(nil), template.Finalizers...),
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(owner, gvk)},
-		},
-		Spec: *template.Spec.DeepCopy(),
-	}
-	return pod
-}
-
-func copyMap(m map[string]string) map[string]string {
-	if m == nil {
-		return nil
-	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
-}
-
 func (c *Controller) createPod(ctx context.Context, rs *appsv1.ReplicaSet) error {
-	pod := PodFromTemplate(&rs.Spec.Template, rs, GVK)
+	pod := controllerutil.PodFromTemplate(&rs.Spec.Template, rs, GVK)
 	if len(pod.Labels) == 0 {
 		err := fmt.Errorf("replicaset %s/%s: the pod template has no labels, so its pods could never be counted", rs.Namespace, rs.Name)
 		c.recorder.Eventf(rs, corev1.EventTypeWarning, ReasonFailedCreate, "Error creating: %v", err)
@@ -436,44 +311,12 @@ func (c *Controller) deletePodForRS(ctx context.Context, rs *appsv1.ReplicaSet, 
 		return nil
 	case apierrors.IsNotFound(err):
 		// Already gone: the deletion event may never come for it.
-		c.exp.DeletionObserved(rsKey(rs), podKey(p))
+		c.exp.DeletionObserved(controlloop.ObjectKey(rs), controlloop.ObjectKey(p))
 		return nil
 	default:
 		c.recorder.Eventf(rs, corev1.EventTypeWarning, ReasonFailedDelete, "Error deleting: %v", err)
 		return fmt.Errorf("delete pod %s/%s of replicaset %s: %w", p.Namespace, p.Name, rs.Name, err)
 	}
-}
-
-// SlowStartBatch calls fn count times in batches of 1, 2, 4, ... starting
-// at initial, stopping after the first batch with a failure. It returns the
-// number of successful calls: a quota error costs one request, not count.
-func SlowStartBatch(count, initial int, fn func() error) (int, error) {
-	remaining, successes := count, 0
-	for batch := min(remaining, initial); batch > 0; batch = min(2*batch, remaining) {
-		errCh := make(chan error, batch)
-		var wg sync.WaitGroup
-		for range batch {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := fn(); err != nil {
-					errCh <- err
-				}
-			}()
-		}
-		wg.Wait()
-		close(errCh)
-		successes += batch - len(errCh)
-		if len(errCh) > 0 {
-			var errs []error
-			for err := range errCh {
-				errs = append(errs, err)
-			}
-			return successes, errors.Join(errs...)
-		}
-		remaining -= batch
-	}
-	return successes, nil
 }
 
 // CalculateStatus is the ReplicaSet status for the claimed, active pods.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/hub/controllers/controllerutil"
 )
 
 func TestCreatesPodsOnceUntilObserved(t *testing.T) {
@@ -58,13 +58,13 @@ func TestCreatesPodsOnceUntilObserved(t *testing.T) {
 	pods, _ := e.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
 	for i := range pods.Items[:2] {
 		e.addToCache(t, &pods.Items[i])
-		e.c.addPod(&pods.Items[i])
+		e.c.podEvents.Handler().OnAdd(&pods.Items[i], false)
 	}
 	if e.c.exp.Satisfied("default/web") {
 		t.Fatal("expectations satisfied after 2 of 3 creations were observed")
 	}
 	e.addToCache(t, &pods.Items[2])
-	e.c.addPod(&pods.Items[2])
+	e.c.podEvents.Handler().OnAdd(&pods.Items[2], false)
 	if !e.c.exp.Satisfied("default/web") {
 		t.Fatal("expectations not satisfied after all creations were observed")
 	}
@@ -89,7 +89,7 @@ func TestExpectationsExpire(t *testing.T) {
 	}
 	// The creations are never observed (a lost event): after the timeout
 	// the controller trusts its cache again.
-	e.clock.Step(ExpectationsTimeout + time.Second)
+	e.clock.Step(controllerutil.ExpectationsTimeout + time.Second)
 	if err := e.c.sync(ctx, "default/web"); err != nil {
 		t.Fatal(err)
 	}
@@ -145,8 +145,8 @@ func TestScaleDownOrder(t *testing.T) {
 	// later removal does not count twice.
 	p := pods[2].DeepCopy()
 	p.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
-	e.c.updatePod(pods[2], p)
-	e.c.deletePod(p)
+	e.c.podEvents.Handler().OnUpdate(pods[2], p)
+	e.c.podEvents.Handler().OnDelete(p)
 	if _, del := e.c.exp.Pending("default/web"); del != 3 {
 		t.Fatalf("%d deletions expected after one was observed, want 3", del)
 	}
@@ -297,22 +297,6 @@ func TestFailedCreateSetsConditionAndLowersExpectations(t *testing.T) {
 	got, _ := e.client.AppsV1().ReplicaSets("default").Get(ctx, "web", metav1.GetOptions{})
 	if len(got.Status.Conditions) != 1 || got.Status.Conditions[0].Type != appsv1.ReplicaSetReplicaFailure || got.Status.Conditions[0].Reason != "FailedCreate" {
 		t.Fatalf("conditions %+v, want ReplicaFailure/FailedCreate", got.Status.Conditions)
-	}
-}
-
-func TestSlowStartBatch(t *testing.T) {
-	var n atomic.Int32
-	ok, err := SlowStartBatch(10, 1, func() error {
-		if n.Add(1) > 4 {
-			return errors.New("boom")
-		}
-		return nil
-	})
-	// Batches 1, 2, 4: the third batch has one failure, so the run stops
-	// after 7 calls with 4 successes... calls are concurrent within a
-	// batch, but the count of failures is fixed: calls 5..7 fail.
-	if calls := n.Load(); err == nil || calls != 7 || ok != 4 {
-		t.Fatalf("calls %d successes %d err %v, want 7, 4, error", calls, ok, err)
 	}
 }
 

@@ -11,7 +11,8 @@
 // deletions asked for until the informer has seen them, so a slow watch
 // never causes a second round of creations.
 //
-// Expectations, the Claimer, PodFromTemplate and SlowStartBatch are
-// exported because the Deployment, DaemonSet and EndpointSlice loops use
-// them too; how a pod is judged (ready, available, active) is api/podutil's.
+// The mechanics it shares with the other loops (expectations, claiming,
+// pods from a template, slow-start batches, routing pod events to their
+// owner) are controllerutil's, and how a pod is judged (ready, available,
+// active) is api/podutil's; what stays here is the ReplicaSet's own.
 package replicaset

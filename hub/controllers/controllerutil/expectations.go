@@ -1,4 +1,4 @@
-package replicaset
+package controllerutil
 
 import (
 	"sync"
@@ -13,9 +13,9 @@ import (
 const ExpectationsTimeout = 5 * time.Minute
 
 // Expectations remembers, per controller key, the creations and the
-// deletions (by pod key) that the controller asked the API for and has not
-// yet seen in its informer cache. Until they are seen the controller must not
-// count pods again: the cache is behind its own writes.
+// deletions (by object key) that the controller asked the API for and has
+// not yet seen in its informer cache. Until they are seen the controller must
+// not count again: the cache is behind its own writes.
 type Expectations struct {
 	clock clock.PassiveClock
 
@@ -82,14 +82,14 @@ func (e *Expectations) CreationObserved(key string) {
 	}
 }
 
-// DeletionObserved marks the deletion of podKey as seen (or as failed). A
-// pod is counted once even if both its deletionTimestamp and its removal are
-// observed.
-func (e *Expectations) DeletionObserved(key, podKey string) {
+// DeletionObserved marks the deletion of objKey as seen (or as failed).
+// An object is counted once even if both its deletionTimestamp and its
+// removal are observed.
+func (e *Expectations) DeletionObserved(key, objKey string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if x, ok := e.m[key]; ok {
-		delete(x.deleting, podKey)
+		delete(x.deleting, objKey)
 	}
 }
 
