@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -129,7 +130,7 @@ func TestTwoHubsOnEtcd(t *testing.T) {
 // Service holds.
 func TestServiceAddressesAcrossHubs(t *testing.T) {
 	etcd := etcdtest.Start(t, t.TempDir())
-	cfg := hubtest.Options{Store: hub.StoreEtcd, Etcd: hub.EtcdConfig{Endpoints: []string{etcd.URL}}}
+	cfg := hubtest.Options{Store: hub.StoreEtcd, Etcd: hub.EtcdConfig{Endpoints: etcdtest.URLs([]*etcdtest.Etcd{etcd})}}
 	a := hubtest.Start(t, cfg)
 	cfg.DataDir = a.PeerDataDir()
 	b := hubtest.Start(t, cfg)
@@ -296,4 +297,35 @@ func TestLeaderFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	pods(5)
+}
+
+// TestRevocationAcrossHubs: a Node deleted through one hub refuses its
+// device on the other within seconds; the revocation is in the store.
+func TestRevocationAcrossHubs(t *testing.T) {
+	etcd := etcdtest.Start(t, t.TempDir())
+	cfg := hubtest.Options{Store: hub.StoreEtcd, Etcd: hub.EtcdConfig{Endpoints: etcdtest.URLs([]*etcdtest.Etcd{etcd})}}
+	a := hubtest.Start(t, cfg)
+	cfg.DataDir = a.PeerDataDir()
+	b := hubtest.Start(t, cfg)
+	ctx := context.Background()
+
+	dev := b.NodeClient("kiosk-7")
+	if _, err := dev.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kiosk-7"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the device registers through hub B: %v", err)
+	}
+	if err := a.Client.CoreV1().Nodes().Delete(ctx, "kiosk-7", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for {
+		_, err := dev.CoreV1().Nodes().Get(ctx, "kiosk-7", metav1.GetOptions{})
+		if apierrors.IsUnauthorized(err) {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("hub B still serves the device 10s after its Node was deleted on hub A (err = %v)", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("hub B refused the device %s after the deletion on hub A", time.Since(start).Round(time.Millisecond))
 }

@@ -58,6 +58,9 @@ type Config struct {
 	// (--pod-security-default); baseline when empty. flotilla-system is
 	// privileged unless labelled.
 	PodSecurityDefault string
+	// NodeCertTTL is the lifetime of device certificates
+	// (--node-cert-ttl); join.DefaultNodeCertTTL when zero.
+	NodeCertTTL time.Duration
 	// AdvertiseURL is the API URL written into kubeconfigs; derived from
 	// Listen when empty.
 	AdvertiseURL string
@@ -129,6 +132,8 @@ type Hub struct {
 	url      string
 	audit    *audit.Log
 	graph    *auth.Graph
+	// revocations are the users whose certificates are refused.
+	revocations *auth.Revocations
 }
 
 // New opens the data dir and prepares the hub; Run serves it.
@@ -138,6 +143,9 @@ func New(cfg Config) (*Hub, error) {
 	}
 	if cfg.DataDir == "" {
 		return nil, errors.New("hub: a data dir is required (--data-dir)")
+	}
+	if cfg.NodeCertTTL < 0 {
+		return nil, fmt.Errorf("hub: --node-cert-ttl %s: give a positive lifetime such as 168h", cfg.NodeCertTTL)
 	}
 	if err := cfg.Images.Validate(); err != nil {
 		return nil, fmt.Errorf("hub: --allow-tags: %w", err)
@@ -167,7 +175,10 @@ func New(cfg Config) (*Hub, error) {
 		return nil, err
 	}
 	graph := auth.NewGraph()
-	joiner := &join.Handler{CA: p, Log: cfg.Log}
+	revs := auth.NewRevocations()
+	revs.Log = cfg.Log
+	revoker := &auth.NodeRevoker{}
+	joiner := &join.Handler{CA: p, NodeCertTTL: cfg.NodeCertTTL, Log: cfg.Log}
 	extra := oapi.Handlers()
 	for path, hd := range joiner.Handlers() {
 		extra[path] = hd
@@ -180,7 +191,8 @@ func New(cfg Config) (*Hub, error) {
 		Extra:          extra,
 		Public:         public,
 		Store:          sec,
-		Authenticator:  apiserver.CertAuthenticator{Verify: p.VerifyClient},
+		Authenticator:  apiserver.CertAuthenticator{Verify: verifyClient(p, revs)},
+		BeforeDelete:   revoker.BeforeDelete,
 		Authorizer:     &auth.Authorizer{Nodes: auth.NewNodeAuthorizer(graph)},
 		Admission:      auth.NodeRestriction{},
 		Audit:          auditLog,
@@ -203,7 +215,7 @@ func New(cfg Config) (*Hub, error) {
 		st.Close()
 		return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
 	}
-	h := &Hub{cfg: cfg, log: cfg.Log, store: st, pki: p, api: srv, listener: ln, audit: auditLog, graph: graph}
+	h := &Hub{cfg: cfg, log: cfg.Log, store: st, pki: p, api: srv, listener: ln, audit: auditLog, graph: graph, revocations: revs}
 	h.url = cfg.AdvertiseURL
 	if h.url == "" {
 		h.url = "https://" + advertiseHost(ln.Addr().(*net.TCPAddr))
@@ -214,14 +226,32 @@ func New(cfg Config) (*Hub, error) {
 		st.Close()
 		return nil, fmt.Errorf("writing the admin kubeconfig: %w", err)
 	}
-	// The join endpoint records tokens and Nodes through the API.
-	if joiner.Client, err = kubernetes.NewForConfig(h.AdminConfig()); err != nil {
+	// The join endpoint records tokens and Nodes, and the revoker
+	// revocations, through the API.
+	admin, err := kubernetes.NewForConfig(h.AdminConfig())
+	if err != nil {
 		ln.Close()
 		auditLog.Close()
 		st.Close()
 		return nil, fmt.Errorf("join endpoint client: %w", err)
 	}
+	joiner.Client, revoker.Client = admin, admin
 	return h, nil
+}
+
+// verifyClient accepts a client certificate that chains to the hub's CA,
+// is in date and was not revoked. The hub's own admin identity is never
+// revoked: the revocation list itself is read with it.
+func verifyClient(p *pki.PKI, revs *auth.Revocations) func(*x509.Certificate, []*x509.Certificate) error {
+	return func(cert *x509.Certificate, intermediates []*x509.Certificate) error {
+		if err := p.VerifyClient(cert, intermediates); err != nil {
+			return err
+		}
+		if cert.Subject.CommonName == pki.AdminUser {
+			return nil
+		}
+		return revs.Check(cert.Subject.CommonName, pki.IssuedAt(cert))
+	}
 }
 
 // podSecurity is the hub's pod policy with the configured default level.
@@ -393,6 +423,7 @@ func (h *Hub) Run(ctx context.Context) error {
 			return serve(ctx, httpSrv, tls.NewListener(h.listener, tlsCfg))
 		}},
 		{Name: "node authorizer", Run: afterReady(func(ctx context.Context) error { return h.graph.Run(ctx, h.AdminConfig()) })},
+		{Name: "revocations", Run: afterReady(func(ctx context.Context) error { return h.revocations.Run(ctx, h.AdminConfig()) })},
 	}
 	if es, ok := h.store.(*etcdstore.Store); ok {
 		// bbolt compacts its own history; etcd keeps all of it unless told.

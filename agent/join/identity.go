@@ -2,8 +2,13 @@ package join
 
 import (
 	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -23,10 +28,13 @@ import (
 
 // File names inside DATA_DIR/pki.
 const (
-	PKIDir     = "pki"
-	CAFile     = "ca.crt"
-	NodeFile   = "node.pem"
-	renewShare = 0.7
+	PKIDir   = "pki"
+	CAFile   = "ca.crt"
+	NodeFile = "node.pem"
+	// NextKeyFile holds the key a renewal in progress asks a certificate
+	// for.
+	NextKeyFile = "node-next.key"
+	renewShare  = 0.7
 )
 
 // ErrNoIdentity means the data dir holds no identity yet: the device must
@@ -203,9 +211,16 @@ func (id *Identity) Run(ctx context.Context, hubURLs ...string) error {
 
 // Renew asks the hub for a new certificate for a new key, authenticating
 // with the current one, and stores it. The old key is then forgotten.
+// The new key is written to NextKeyFile before it is sent and kept until
+// the certificate is stored: a renewal whose answer is lost is retried
+// with the same key, which the hub then recognizes.
 func (id *Identity) Renew(ctx context.Context, hubURL string) error {
 	c := &client{hub: hubURL, http: &http.Client{Transport: &http.Transport{TLSClientConfig: id.TLSConfig()}, Timeout: requestTimeout}}
-	csrPEM, keyPEM, err := newCSR(id.node)
+	key, err := id.nextKey()
+	if err != nil {
+		return err
+	}
+	csrPEM, keyPEM, err := csrFor(id.node, key)
 	if err != nil {
 		return err
 	}
@@ -231,6 +246,53 @@ func (id *Identity) Renew(ctx context.Context, hubURL string) error {
 	id.mu.Lock()
 	id.cert, id.pem = cert, nodePEM
 	id.mu.Unlock()
+	if err := os.Remove(filepath.Join(id.dir, NextKeyFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		id.log.Warn("removing the renewal key, now in use", "err", err)
+	}
 	id.log.Info("renewed the device certificate", "node", id.node, "notAfter", cert.Leaf.NotAfter)
 	return nil
+}
+
+// nextKey returns the key of the renewal in progress, or makes and keeps
+// a new one.
+func (id *Identity) nextKey() (crypto.Signer, error) {
+	path := filepath.Join(id.dir, NextKeyFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		key, perr := parseKey(b)
+		if perr == nil {
+			return key, nil
+		}
+		id.log.Warn("the renewal key is damaged; making a new one", "file", path, "err", perr)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("reading the renewal key: %w", err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("making the device key: %w", err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the device key: %w", err)
+	}
+	if err := atomicfile.Write(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		return nil, fmt.Errorf("keeping the renewal key: %w", err)
+	}
+	return key, nil
+}
+
+func parseKey(b []byte) (crypto.Signer, error) {
+	block, _ := pem.Decode(b)
+	if block == nil {
+		return nil, errors.New("no PEM block")
+	}
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	signer, ok := k.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("a %T cannot sign", k)
+	}
+	return signer, nil
 }

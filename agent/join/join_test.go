@@ -32,12 +32,13 @@ type hubProc struct {
 
 var servingRE = regexp.MustCompile(`serving (https://\S+);`)
 
-// startHub runs the real flotilla-hub binary on a loopback port.
-func startHub(t *testing.T) *hubProc {
+// startHub runs the real flotilla-hub binary on a loopback port, with
+// extra serve flags.
+func startHub(t *testing.T, flags ...string) *hubProc {
 	t.Helper()
 	bin := testbin.Path(t, "flotilla-hub")
 	dir := t.TempDir()
-	cmd := exec.Command(bin, "serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--config=")
+	cmd := exec.Command(bin, append([]string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--config="}, flags...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -133,8 +134,8 @@ func TestJoinEndToEnd(t *testing.T) {
 	if id.NodeName() != "kiosk-1" {
 		t.Errorf("node name %q", id.NodeName())
 	}
-	if life := id.NotAfter().Sub(time.Now()); life < 364*24*time.Hour {
-		t.Errorf("certificate valid for %s, want a year", life)
+	if life := id.NotAfter().Sub(time.Now()); life < 167*time.Hour || life > 168*time.Hour {
+		t.Errorf("certificate valid for %s, want a week (--node-cert-ttl's default)", life)
 	}
 	st, err := os.Stat(filepath.Join(agentDir, "pki", join.NodeFile))
 	if err != nil || st.Mode().Perm() != 0o600 {
@@ -203,9 +204,9 @@ func TestJoinEndToEnd(t *testing.T) {
 	if err != nil || node.Annotations[auth.AnnotationClientKey] != auth.CertFingerprint(replacement.Certificate().Leaf) {
 		t.Errorf("the Node does not record the replacement's key (%v)", err)
 	}
-	// The old device can no longer renew under that name.
+	// The old device was revoked with its Node: it can no longer renew.
 	err = id.Renew(ctx, h.url)
-	wantRefused(t, err, http.StatusConflict, "already joined")
+	wantRefused(t, err, http.StatusUnauthorized, "revoked")
 
 	// Bad CSR and bad token shapes are explained.
 	_, err = join.Join(ctx, join.Config{Hub: h.url, Token: "not-a-token", CAHash: many.CAHash, NodeName: "kiosk-5", DataDir: t.TempDir()})
@@ -296,6 +297,12 @@ func TestRenewalAndOfflineRestart(t *testing.T) {
 	}
 	if node.Annotations[auth.AnnotationClientKey] != auth.CertFingerprint(renewed) {
 		t.Error("the Node does not record the renewed key")
+	}
+	if node.Annotations[auth.AnnotationPreviousClientKey] != auth.CertFingerprint(first) {
+		t.Error("the Node does not record the key renewed away from")
+	}
+	if _, err := os.Stat(filepath.Join(dir, join.PKIDir, join.NextKeyFile)); !os.IsNotExist(err) {
+		t.Errorf("the renewal key is still kept after the renewal (%v)", err)
 	}
 	// The renewed identity keeps working for the device's own writes.
 	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,7 +18,98 @@ import (
 
 func newKubeconfig() *cobra.Command {
 	cmd := &cobra.Command{Use: "kubeconfig", Short: "Issue kubeconfigs for people"}
-	cmd.AddCommand(newKubeconfigCreate())
+	cmd.AddCommand(newKubeconfigCreate(), newKubeconfigRevoke())
+	return cmd
+}
+
+func newKubeconfigRevoke() *cobra.Command {
+	var (
+		af     adminFlags
+		user   string
+		reason string
+	)
+	cmd := &cobra.Command{
+		Use:   "revoke --user NAME",
+		Short: "Refuse every certificate issued to a person until now",
+		Long: `Refuse, from now on, every client certificate the hub issued to a person
+before this moment: their kubeconfigs stop working within seconds, on every
+hub of the fleet. A kubeconfig created for the same name afterwards works.
+
+The revocation is a ConfigMap in flotilla-system (see 'revoke list');
+deleting it undoes the revocation. Devices are revoked by deleting their
+Node (kubectl delete node NAME); they join again with a new token.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if strings.TrimSpace(user) == "" {
+				return fmt.Errorf("--user is required: the name the kubeconfig was created for (see the user in its users: section)")
+			}
+			if user == pki.AdminUser {
+				return fmt.Errorf("--user %s is the hub's own admin identity (admin.kubeconfig), which the hub itself uses; it cannot be revoked. Issue people their own kubeconfigs (flotilla-hub kubeconfig create) and revoke those", user)
+			}
+			if strings.HasPrefix(user, auth.NodePrefix) {
+				return fmt.Errorf("--user %s is a device: delete its Node instead (kubectl delete node %s), which revokes its certificates", user, strings.TrimPrefix(user, auth.NodePrefix))
+			}
+			if strings.HasPrefix(user, "system:") {
+				return fmt.Errorf("--user %s: names starting with system: are not people's; the hub issues none to revoke", user)
+			}
+			cfg, err := af.config()
+			if err != nil {
+				return err
+			}
+			cs, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			if reason == "" {
+				reason = "revoked with flotilla-hub kubeconfig revoke"
+			}
+			r := auth.Revocation{User: user, RevokedAt: time.Now(), Reason: reason}
+			if err := auth.Revoke(cmd.Context(), cs, r); err != nil {
+				return fmt.Errorf("the hub at %s: %w", cfg.Host, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "revoked every certificate of %s issued before %s (configmap %s/%s)\n",
+				user, r.RevokedAt.UTC().Format(time.RFC3339), auth.RevocationNamespace, auth.RevocationName(user))
+			return nil
+		},
+	}
+	af.add(cmd)
+	cmd.Flags().StringVar(&user, "user", "", "the person whose certificates are refused")
+	cmd.Flags().StringVar(&reason, "reason", "", "why, kept with the revocation and shown to the refused client")
+	cmd.AddCommand(newKubeconfigRevokeList())
+	return cmd
+}
+
+func newKubeconfigRevokeList() *cobra.Command {
+	var af adminFlags
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List revoked users and devices",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := af.config()
+			if err != nil {
+				return err
+			}
+			cs, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			revs, damaged, err := auth.ListRevocations(cmd.Context(), cs)
+			if err != nil {
+				return fmt.Errorf("the hub at %s: %w", cfg.Host, err)
+			}
+			for _, err := range damaged {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", err)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "USER\tREVOKED AT\tCONFIGMAP\tREASON")
+			for _, r := range revs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.User, r.RevokedAt.UTC().Format(time.RFC3339), auth.RevocationName(r.User), r.Reason)
+			}
+			return tw.Flush()
+		},
+	}
+	af.add(cmd)
 	return cmd
 }
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -104,6 +105,49 @@ func TestTokenAndKubeconfigCommands(t *testing.T) {
 	if _, err := viewer.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("viewer creating: err = %v, want 403", err)
 	}
+	// Revoked: vera's kubeconfig is refused within seconds, on every
+	// request; the hub's own admin cannot be revoked; a kubeconfig made
+	// for vera afterwards works.
+	runHub(t, bin, "kubeconfig", "revoke", "--data-dir", dir, "--user", "vera", "--reason", "left the team")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := viewer.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		if apierrors.IsUnauthorized(err) {
+			if !strings.Contains(err.Error(), "revoked") || !strings.Contains(err.Error(), "left the team") {
+				t.Errorf("the refusal does not say why: %v", err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("vera's revoked kubeconfig still works after 10s (err = %v)", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if list := runHub(t, bin, "kubeconfig", "revoke", "list", "--data-dir", dir); !strings.Contains(list, "vera") || !strings.Contains(list, "left the team") {
+		t.Errorf("revoke list:\n%s", list)
+	}
+	for _, bad := range []string{"flotilla:admin", "system:node:x", ""} {
+		cmd := exec.Command(bin, "kubeconfig", "revoke", "--data-dir", dir, "--user", bad)
+		if b, err := cmd.CombinedOutput(); err == nil {
+			t.Errorf("revoke --user %q was accepted: %s", bad, b)
+		}
+	}
+	if _, err := admin.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatalf("the admin after a revocation: %v", err)
+	}
+	kc2 := filepath.Join(t.TempDir(), "vera2.kubeconfig")
+	runHub(t, bin, "kubeconfig", "create", "--data-dir", dir, "--user", "vera", "--role", "viewer", "-o", kc2)
+	cfg2, err := clientcmd.BuildConfigFromFlags("", kc2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kubernetes.NewForConfigOrDie(cfg2).CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("a kubeconfig issued after the revocation: %v", err)
+	}
+	if _, err := viewer.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); !apierrors.IsUnauthorized(err) {
+		t.Errorf("the revoked kubeconfig after a new one was issued: err = %v, want 401", err)
+	}
+
 	// The role is checked.
 	cmd := exec.Command(bin, "kubeconfig", "create", "--data-dir", dir, "--user", "x", "--role", "root", "-o", filepath.Join(t.TempDir(), "x"))
 	if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), "unknown role") {

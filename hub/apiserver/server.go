@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/api/validation"
@@ -51,8 +52,13 @@ type Config struct {
 	Now func() time.Time
 	// Admission, Audit and Limits: see hooks.go. Admission and Audit may be nil.
 	Admission Admission
-	Audit     Auditor
-	Limits    Limits
+	// BeforeDelete, when set, runs once as a deletion is carried out (its
+	// preconditions hold, it is no dry run, the object is not already
+	// being deleted), whoever asked for it; an error aborts the deletion.
+	// The hub revokes a deleted Node's certificates there.
+	BeforeDelete func(ctx context.Context, obj runtime.Object) error
+	Audit        Auditor
+	Limits       Limits
 	// PodLogs fetches logs from agents for pods/log (see podlog.go).
 	PodLogs PodLogsFunc
 	// PodSecurity is the pod policy (Pod Security Standards by namespace,

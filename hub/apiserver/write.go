@@ -404,6 +404,11 @@ func (s *Server) delete(ctx context.Context, res *api.Resource, ns, name string,
 				return nil, nil, apierrors.NewConflict(res.GVR.GroupResource(), name, fmt.Errorf("the ResourceVersion in the precondition (%s) does not match the ResourceVersion in record (%s); the object might have been modified", *p.ResourceVersion, m.GetResourceVersion()))
 			}
 		}
+		if s.cfg.BeforeDelete != nil && !dryRun && m.GetDeletionTimestamp() == nil {
+			if err := s.cfg.BeforeDelete(ctx, cur); err != nil {
+				return nil, nil, err
+			}
+		}
 		grace := gracePeriod(cur, opts)
 		finalizers := m.GetFinalizers()
 		switch propagation(res, cur, opts) {

@@ -13,4 +13,11 @@
 // the stored object, so it is the authoritative check where the graph could
 // lag a moment behind; it reads the objects it judges a write against (the
 // device's Node, the pod an Event is about) through apiserver.LookupFrom.
+//
+// Revocation is by user and time, not by certificate: a Revocation refuses
+// every certificate of its user issued before it, so neither the hub nor
+// the admin has to know which certificates exist, and whoever joins or is
+// issued a kubeconfig afterwards is unaffected. Deleting a Node revokes its
+// device (NodeRevoker, before the Node is gone); revocations live as
+// ConfigMaps in the store, so that every hub of the fleet watches them.
 package auth

@@ -294,6 +294,10 @@ func TestNodeAuthorization(t *testing.T) {
 			_, err := nodes.Patch(ctx, "a", types.MergePatchType, []byte(`{"metadata":{"labels":{"node.flotilla.dev/autonomy":"true"}}}`), metav1.PatchOptions{})
 			return err
 		}},
+		{"forge the key it renewed away from", false, func() error {
+			_, err := nodes.Patch(ctx, "a", types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+auth.AnnotationPreviousClientKey+`":"sha256:00"}}}`), metav1.PatchOptions{})
+			return err
+		}},
 		{"add a label that attracts workloads", false, func() error {
 			_, err := nodes.Patch(ctx, "a", types.MergePatchType, []byte(`{"metadata":{"labels":{"role":"payments"}}}`), metav1.PatchOptions{})
 			return err

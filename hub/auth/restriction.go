@@ -382,6 +382,7 @@ func admitNode(ctx context.Context, node string, a apiserver.Attributes, obj, ol
 		}
 		// The Node records the key of the device that registered it.
 		setAnnotation(obj, AnnotationClientKey, fp)
+		delete(obj.Annotations, AnnotationPreviousClientKey)
 		return nil
 	}
 	if err := checkLabels(node, old.Labels, obj.Labels); err != nil {
@@ -403,6 +404,16 @@ func admitNode(ctx context.Context, node string, a apiserver.Attributes, obj, ol
 		setAnnotation(obj, AnnotationClientKey, recorded)
 	case sent != recorded:
 		return fmt.Errorf("node restriction: devices may not change the annotation %s", AnnotationClientKey)
+	}
+	// The hub's renewal keeps the previous key; a device's update made
+	// from an older copy of its Node neither drops nor forges it.
+	if prev, ok := old.Annotations[AnnotationPreviousClientKey]; ok {
+		if sent, ok := obj.Annotations[AnnotationPreviousClientKey]; ok && sent != prev {
+			return fmt.Errorf("node restriction: devices may not change the annotation %s", AnnotationPreviousClientKey)
+		}
+		setAnnotation(obj, AnnotationPreviousClientKey, prev)
+	} else if _, ok := obj.Annotations[AnnotationPreviousClientKey]; ok {
+		return fmt.Errorf("node restriction: devices may not set the annotation %s", AnnotationPreviousClientKey)
 	}
 	return nil
 }

@@ -28,6 +28,12 @@ const (
 // another key is refused until an admin deletes the Node.
 const AnnotationClientKey = "flotilla.dev/client-key-sha256"
 
+// AnnotationPreviousClientKey on a Node records the key its device renewed
+// away from, until the next renewal: a device whose renewal answer was
+// lost retries with its old certificate and the same new key, and gets a
+// certificate instead of a refusal.
+const AnnotationPreviousClientKey = "flotilla.dev/previous-client-key-sha256"
+
 // KeyFingerprint is the value AnnotationClientKey holds for a certificate
 // or CSR's SubjectPublicKeyInfo.
 func KeyFingerprint(rawSPKI []byte) string {

@@ -31,20 +31,31 @@ import (
 // device paths are agentapi's (PathCA, PathCSR, PathRenew).
 const PathUser = agentapi.PathPrefix + "user"
 
-// PublicPaths are the paths served without authentication.
-var PublicPaths = []string{agentapi.PathCA, agentapi.PathCSR}
+// PublicPaths are the paths served without authentication. The renewal
+// path checks the device's certificate itself, so that a device back
+// after its certificate expired can still renew with it (see renew).
+var PublicPaths = []string{agentapi.PathCA, agentapi.PathCSR, agentapi.PathRenew}
 
 // Defaults.
 const (
-	DefaultNodeCertTTL = 365 * 24 * time.Hour
-	DefaultUserCertTTL = 365 * 24 * time.Hour
-	maxRequestBytes    = 64 << 10
+	// DefaultNodeCertTTL is short, so that a key a device has rotated
+	// away, or a certificate whose revocation was undone by mistake, is
+	// soon worthless; devices renew online at 70% of it.
+	DefaultNodeCertTTL = 7 * 24 * time.Hour
+	// DefaultExpiredRenewal is how long after its certificate expired a
+	// device may still renew with it, if its key is still the one its
+	// Node records and it was not revoked: a device offline for weeks
+	// comes back without a new token.
+	DefaultExpiredRenewal = 180 * 24 * time.Hour
+	DefaultUserCertTTL    = 365 * 24 * time.Hour
+	maxRequestBytes       = 64 << 10
 )
 
 // CA is what the handler needs of the hub's PKI.
 type CA interface {
 	CACertPEM() []byte
 	SignCSR(csrPEM []byte, commonName string, groups []string, ttl time.Duration) ([]byte, error)
+	VerifyExpiredClient(cert *x509.Certificate, intermediates []*x509.Certificate, maxExpired time.Duration) error
 }
 
 var _ CA = (*pki.PKI)(nil)
@@ -65,8 +76,10 @@ type Handler struct {
 	// Client reaches the hub's API as its admin.
 	Client      kubernetes.Interface
 	NodeCertTTL time.Duration
-	Now         func() time.Time
-	Log         *slog.Logger
+	// ExpiredRenewal is DefaultExpiredRenewal when zero.
+	ExpiredRenewal time.Duration
+	Now            func() time.Time
+	Log            *slog.Logger
 }
 
 func (h *Handler) now() time.Time {
@@ -206,6 +219,9 @@ func (h *Handler) join(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if err := h.checkNodeKey(ctx, req.NodeName, fp); err != nil {
+		return err
+	}
+	if err := h.waitPastRevocation(ctx, auth.NodePrefix+req.NodeName); err != nil {
 		return err
 	}
 	cert, err := h.sign(req.CSR, auth.NodePrefix+req.NodeName, []string{auth.GroupNodes}, h.nodeTTL())
@@ -362,13 +378,15 @@ func (h *Handler) recordNode(ctx context.Context, node, fp string, labels map[st
 }
 
 // renew signs a new certificate for a device that authenticates with its
-// current one. The CSR may carry a new key; the Node then records it.
+// current one. The CSR may carry a new key; the Node then records it, and
+// the key it replaces as the previous one. The path is public so that a
+// certificate that has expired (the device was offline past its end) can
+// still renew here, if its key is the one the Node records.
 func (h *Handler) renew(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
-	node := auth.NodeName(apiserver.UserFrom(ctx))
-	cur := apiserver.ClientCertificateFrom(ctx)
-	if node == "" || cur == nil {
-		return apierrors.NewForbidden(corev1.Resource("certificates"), "", errors.New("only a joined device (system:node:NAME, group system:nodes) renews its certificate here"))
+	node, cur, expired, err := h.renewer(r)
+	if err != nil {
+		return err
 	}
 	var req agentapi.RenewRequest
 	if err := decode(r, &req); err != nil {
@@ -378,32 +396,124 @@ func (h *Handler) renew(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	curFP := auth.CertFingerprint(cur)
+	if err := h.checkRevoked(ctx, node, cur); err != nil {
+		return err
+	}
 	n, err := h.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	exists := err == nil
 	switch {
 	case apierrors.IsNotFound(err):
+		if expired {
+			return unauthorized("the certificate of %s expired at %s and its Node no longer exists; join again with a new token", node, cur.NotAfter.UTC().Format(time.RFC3339))
+		}
 	case err != nil:
 		return fmt.Errorf("reading node %s: %w", node, err)
 	default:
-		if rec := n.Annotations[auth.AnnotationClientKey]; rec != "" && rec != auth.CertFingerprint(cur) {
+		rec, prev := n.Annotations[auth.AnnotationClientKey], n.Annotations[auth.AnnotationPreviousClientKey]
+		switch {
+		case rec == "" || rec == curFP:
+		case prev == curFP && rec == fp:
+			// The answer to this renewal was lost: sign it again.
+		default:
 			return nameTaken(node, rec)
+		}
+		if expired && rec != curFP && rec != fp {
+			return unauthorized("the certificate of %s expired at %s and its key is not the one Node %s records; join again with a new token", node, cur.NotAfter.UTC().Format(time.RFC3339), node)
 		}
 	}
 	cert, err := h.sign(req.CSR, auth.NodePrefix+node, []string{auth.GroupNodes}, h.nodeTTL())
 	if err != nil {
 		return err
 	}
+	// A revocation made while this one was being signed: the device was
+	// deleted; the new certificate is dropped. (One made after this read
+	// also covers the new certificate: it was issued before.)
+	if err := h.checkRevoked(ctx, node, cur); err != nil {
+		return err
+	}
 	if exists {
-		// A Node deleted meanwhile records the key when the device
-		// registers again.
-		if err := h.rekey(ctx, node, auth.CertFingerprint(cur), fp); err != nil {
+		// A Node deleted meanwhile revoked the device.
+		if err := h.rekey(ctx, node, curFP, fp); err != nil {
 			return err
 		}
 	}
-	h.log().Info("device renewed its certificate", "node", node, "key", fp)
+	h.log().Info("device renewed its certificate", "node", node, "key", fp, "expired", expired)
 	apiserver.SetAuditReason(ctx, fmt.Sprintf("renewed: node %s, key %s", node, fp))
 	writeJSON(w, agentapi.CertificateResponse{Certificate: string(cert), CA: string(h.CA.CACertPEM())})
 	return nil
+}
+
+// renewer says which device asks for a renewal: the one the request was
+// authenticated as, or the one whose expired certificate it carries.
+func (h *Handler) renewer(r *http.Request) (node string, cur *x509.Certificate, expired bool, err error) {
+	if cur = apiserver.ClientCertificateFrom(r.Context()); cur != nil {
+		if node = auth.NodeName(apiserver.UserFrom(r.Context())); node == "" {
+			return "", nil, false, apierrors.NewForbidden(corev1.Resource("certificates"), "", errors.New("only a joined device (system:node:NAME, group system:nodes) renews its certificate here"))
+		}
+		return node, cur, false, nil
+	}
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return "", nil, false, unauthorized("renewal needs the device's current certificate (TLS client certificate)")
+	}
+	cur = r.TLS.PeerCertificates[0]
+	maxExpired := h.ExpiredRenewal
+	if maxExpired <= 0 {
+		maxExpired = DefaultExpiredRenewal
+	}
+	if err := h.CA.VerifyExpiredClient(cur, r.TLS.PeerCertificates[1:], maxExpired); err != nil {
+		return "", nil, false, unauthorized("client certificate %q: %v", cur.Subject.CommonName, err)
+	}
+	node = auth.NodeName(&apiserver.UserInfo{Name: cur.Subject.CommonName, Groups: cur.Subject.Organization})
+	if node == "" {
+		return "", nil, false, apierrors.NewForbidden(corev1.Resource("certificates"), "", errors.New("only a joined device (system:node:NAME, group system:nodes) renews its certificate here"))
+	}
+	// A certificate the authenticator refused although it is in date was
+	// refused for a reason of its own (revocation): checkRevoked says it.
+	return node, cur, cur.NotAfter.Before(h.now()), nil
+}
+
+// checkRevoked refuses a certificate of node issued before the node's
+// credentials were revoked. It reads the revocation through the API, not
+// from a watch, so that a deletion just made is never missed.
+func (h *Handler) checkRevoked(ctx context.Context, node string, cur *x509.Certificate) error {
+	rev, ok, err := auth.GetRevocation(ctx, h.Client, auth.NodePrefix+node)
+	if err != nil {
+		return err
+	}
+	if ok && rev.Covers(pki.IssuedAt(cur)) {
+		return unauthorized("the certificates of %s were revoked at %s (%s); the device must join again with a new token",
+			node, rev.RevokedAt.UTC().Format(time.RFC3339), rev.Reason)
+	}
+	return nil
+}
+
+// waitPastRevocation delays signing a certificate for user until it
+// escapes the user's revocation: certificates tell their issue time only
+// to the second, and one issued in the second of a revocation counts as
+// revoked.
+func (h *Handler) waitPastRevocation(ctx context.Context, user string) error {
+	rev, ok, err := auth.GetRevocation(ctx, h.Client, user)
+	if err != nil || !ok {
+		return err
+	}
+	wait := rev.NotBefore().Sub(h.now())
+	if wait <= 0 {
+		return nil
+	}
+	if wait > 2*time.Second {
+		// A revocation dated in the future (a clock that ran ahead, a
+		// hand-edited one) is not waited out.
+		return unauthorized("the certificates of %s are revoked until %s; check the revocation (flotilla-hub kubeconfig revoke list)", user, rev.NotBefore().UTC().Format(time.RFC3339))
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (h *Handler) rekey(ctx context.Context, node, from, to string) error {
@@ -427,6 +537,7 @@ func (h *Handler) rekey(ctx context.Context, node, from, to string) error {
 			n.Annotations = map[string]string{}
 		}
 		n.Annotations[auth.AnnotationClientKey] = to
+		n.Annotations[auth.AnnotationPreviousClientKey] = from
 		_, err = nodes.Update(ctx, n, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
 			continue
@@ -462,6 +573,9 @@ func (h *Handler) user(w http.ResponseWriter, r *http.Request) error {
 		if ttl, err = time.ParseDuration(req.TTL); err != nil || ttl <= 0 {
 			return apierrors.NewBadRequest(fmt.Sprintf("ttl %q is not a positive duration like 720h", req.TTL))
 		}
+	}
+	if err := h.waitPastRevocation(ctx, req.User); err != nil {
+		return err
 	}
 	cert, err := h.sign(req.CSR, req.User, groups, ttl)
 	if err != nil {

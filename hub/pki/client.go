@@ -183,18 +183,7 @@ func (p *PKI) VerifyClient(cert *x509.Certificate, intermediates []*x509.Certifi
 		}
 		return nil
 	}
-	opts := x509.VerifyOptions{
-		Roots:       p.caPool,
-		CurrentTime: now,
-		KeyUsages:   []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if len(intermediates) > 0 {
-		opts.Intermediates = x509.NewCertPool()
-		for _, c := range intermediates {
-			opts.Intermediates.AddCert(c)
-		}
-	}
-	if _, err := cert.Verify(opts); err != nil {
+	if err := p.verifyChain(cert, intermediates, now); err != nil {
 		var invalid x509.CertificateInvalidError
 		if errors.As(err, &invalid) && invalid.Reason == x509.Expired {
 			return fmt.Errorf("%w: %q is valid from %s to %s: %w", ErrExpiredCert, cert.Subject.CommonName,
@@ -209,14 +198,61 @@ func (p *PKI) VerifyClient(cert *x509.Certificate, intermediates []*x509.Certifi
 	return nil
 }
 
+// verifyChain checks that cert chains to the hub CA for client
+// authentication at the time at.
+func (p *PKI) verifyChain(cert *x509.Certificate, intermediates []*x509.Certificate, at time.Time) error {
+	opts := x509.VerifyOptions{
+		Roots:       p.caPool,
+		CurrentTime: at,
+		KeyUsages:   []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if len(intermediates) > 0 {
+		opts.Intermediates = x509.NewCertPool()
+		for _, c := range intermediates {
+			opts.Intermediates.AddCert(c)
+		}
+	}
+	_, err := cert.Verify(opts)
+	return err
+}
+
+// IssuedAt is when the hub signed c: its NotBefore without the backdating,
+// to the second (certificates carry no finer time). Revocation compares it
+// with the moment a user's certificates were revoked.
+func IssuedAt(c *x509.Certificate) time.Time { return c.NotBefore.Add(backdate) }
+
+// VerifyExpiredClient checks a client certificate that has expired, for the
+// one request that may still use it: a device renewing its certificate
+// after being offline past its end. The chain must hold as it did when the
+// certificate was valid, and it may have expired no more than maxExpired
+// ago. It returns nil for a certificate that is still valid.
+func (p *PKI) VerifyExpiredClient(cert *x509.Certificate, intermediates []*x509.Certificate, maxExpired time.Duration) error {
+	err := p.VerifyClient(cert, intermediates)
+	if !errors.Is(err, ErrExpiredCert) {
+		return err
+	}
+	now := p.now()
+	if now.Before(cert.NotBefore) {
+		return err
+	}
+	if now.Sub(cert.NotAfter) > maxExpired {
+		return fmt.Errorf("%w: %q expired at %s, more than %s ago", ErrExpiredCert, cert.Subject.CommonName,
+			cert.NotAfter.UTC().Format(time.RFC3339), maxExpired)
+	}
+	if err := p.verifyChain(cert, intermediates, cert.NotAfter.Add(-time.Second)); err != nil {
+		return fmt.Errorf("%w: %q issued by %q: %w", ErrUntrustedCert, cert.Subject.CommonName, cert.Issuer.CommonName, err)
+	}
+	return nil
+}
+
 // verifiedCache remembers client certificates whose chain to the hub CA
 // has been verified, so that a request costs a hash and a time comparison
 // instead of a signature check (about 150µs on this class of CPU, and every
 // agent heartbeat is a request). Caching is sound because the CA cannot
-// change while the hub runs, there is no revocation to consult, and the CA's
-// path length of zero means a chain is always leaf → CA, whatever
-// intermediates a client sends; only the validity window stays time
-// dependent and is checked on every hit.
+// change while the hub runs, revocation is checked apart from it on every
+// request (hub/auth.Revocations), and the CA's path length of zero means a
+// chain is always leaf → CA, whatever intermediates a client sends; only
+// the validity window stays time dependent and is checked on every hit.
 type verifiedCache struct {
 	mu sync.Mutex
 	m  map[[sha256.Size]byte]verifiedCert

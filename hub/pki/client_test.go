@@ -295,3 +295,38 @@ func BenchmarkVerifyClient(b *testing.B) {
 		}
 	}
 }
+
+func TestVerifyExpiredClient(t *testing.T) {
+	clock := newFakeClock()
+	p := mustLoad(t, t.TempDir(), testOptions(clock))
+	other := mustLoad(t, t.TempDir(), testOptions(clock))
+	certPEM, _, err := p.IssueClientCert("system:node:van", []string{"system:nodes"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := parseCertPEM(t, certPEM)
+	foreignPEM, _, err := other.IssueClientCert("system:node:van", []string{"system:nodes"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := parseCertPEM(t, foreignPEM)
+	if got := IssuedAt(cert); got.Sub(clock.Now()).Abs() > time.Second {
+		t.Errorf("IssuedAt = %s, want the signing time %s", got, clock.Now())
+	}
+	if err := p.VerifyExpiredClient(cert, nil, 24*time.Hour); err != nil {
+		t.Errorf("a certificate in date: %v", err)
+	}
+	clock.Advance(3 * time.Hour)
+	if err := p.VerifyClient(cert, nil); !errors.Is(err, ErrExpiredCert) {
+		t.Fatalf("VerifyClient of the expired certificate = %v", err)
+	}
+	if err := p.VerifyExpiredClient(cert, nil, 24*time.Hour); err != nil {
+		t.Errorf("expired 2h ago, 24h allowed: %v", err)
+	}
+	if err := p.VerifyExpiredClient(foreign, nil, 24*time.Hour); !errors.Is(err, ErrUntrustedCert) {
+		t.Errorf("an expired certificate of another CA: err = %v, want ErrUntrustedCert", err)
+	}
+	if err := p.VerifyExpiredClient(cert, nil, time.Hour); !errors.Is(err, ErrExpiredCert) {
+		t.Errorf("expired 2h ago, 1h allowed: err = %v, want ErrExpiredCert", err)
+	}
+}
