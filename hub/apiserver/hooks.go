@@ -74,6 +74,14 @@ type Limits struct {
 	// default (10/s, burst 40), negative means no limit.
 	FailureRate  float64
 	FailureBurst int
+	// UserRate and UserBurst bound the requests of each authenticated
+	// client other than an administrator (a device, a viewer): a token
+	// bucket of UserBurst refilled at UserRate per second, 429 with
+	// Retry-After when empty (client-go waits and retries). A device
+	// needs about one request a second, a few dozen when it reconnects.
+	// 0 means the default (50/s, burst 200), negative means no limit.
+	UserRate  float64
+	UserBurst int
 
 	// MaxPublicInFlight caps requests without a client certificate (joins,
 	// GitOps webhooks) in a pool of their own, from their first body byte
@@ -227,28 +235,40 @@ func sourceIP(r *http.Request) string {
 	return host
 }
 
-// rateLimit refuses (429) a client that has spent its tokens for
-// unauthenticated or refused requests; an unauthenticated request spends
-// one.
+// rateLimit refuses (429) a client that has spent its tokens for failed
+// requests (per source IP without a certificate, per user with one), or an
+// authenticated client other than an administrator that sends more
+// requests than its own rate allows. Failures are charged when they are
+// answered (chargeFailure): devices behind one NAT that join, and
+// webhooks that succeed, spend nothing.
 func (s *Server) rateLimit(w http.ResponseWriter, r *http.Request, rr *requestRecord) bool {
 	user := rr.user
 	if user != nil && slices.Contains(user.Groups, GroupAdmins) {
 		return true
 	}
-	key := "ip:" + sourceIP(r)
-	if user != nil {
-		key = "user:" + user.Name
-	}
-	cost := 0.0
-	if user == nil {
-		cost = 1
-	}
-	if wait, ok := s.limits.failures.take(key, cost); !ok {
+	key := failureKey(r, rr)
+	if wait, ok := s.limits.failures.take(key, 0); !ok {
 		rr.reason = "rate limited: too many unauthenticated or refused requests from this client"
 		s.writeError(w, r, apierrors.NewTooManyRequests("too many unauthenticated or refused requests from this client; retry later", retrySeconds(wait)), nil)
 		return false
 	}
+	if user == nil {
+		return true
+	}
+	if wait, ok := s.limits.requests.take(user.Name, 1); !ok {
+		rr.reason = "rate limited: " + user.Name + " sends more requests than its share"
+		s.writeError(w, r, apierrors.NewTooManyRequests(fmt.Sprintf("%s sends more than %g requests per second (burst %g); retry later",
+			user.Name, s.limits.requests.rate, s.limits.requests.burst), retrySeconds(wait)), nil)
+		return false
+	}
 	return true
+}
+
+func failureKey(r *http.Request, rr *requestRecord) string {
+	if rr.user != nil {
+		return "user:" + rr.user.Name
+	}
+	return "ip:" + sourceIP(r)
 }
 
 // takeSlot takes the request's place among the requests in flight:
@@ -388,14 +408,22 @@ func isTimeout(err error) bool {
 	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
-// chargeRefusal makes a refused authenticated request cost its user a
-// token, so that a client that keeps being refused is slowed down.
-func (s *Server) chargeRefusal(rr *requestRecord, code int) {
-	if rr.user == nil || slices.Contains(rr.user.Groups, GroupAdmins) {
+// chargeFailure makes a refused authenticated request cost its user a
+// token, and a failed request without a certificate its source address,
+// so that a client that keeps failing (guessing tokens, say) is slowed
+// down.
+func (s *Server) chargeFailure(r *http.Request, rr *requestRecord, code int) {
+	if rr.user != nil && slices.Contains(rr.user.Groups, GroupAdmins) {
 		return
 	}
-	if code == http.StatusForbidden || code == http.StatusUnauthorized {
-		s.limits.failures.take("user:"+rr.user.Name, 1)
+	switch {
+	case code == http.StatusTooManyRequests:
+		// Refused by a limit already: charging it again would only
+		// lengthen the wait it was told.
+	case rr.user != nil && (code == http.StatusForbidden || code == http.StatusUnauthorized):
+		s.limits.failures.take(failureKey(r, rr), 1)
+	case rr.user == nil && code >= 400:
+		s.limits.failures.take(failureKey(r, rr), 1)
 	}
 }
 

@@ -21,6 +21,7 @@ type limiters struct {
 	rvWaits  *semaphore
 	bodies   *byteBudget
 	failures *buckets
+	requests *buckets // by user
 
 	bodyTimeout, publicBodyTimeout time.Duration
 	responseTimeout                time.Duration
@@ -40,6 +41,8 @@ const (
 	DefaultResponseTimeout         = 2 * time.Minute
 	DefaultMinWatchTimeout         = 30 * time.Minute
 	DefaultMaxResourceVersionWaits = 100
+	DefaultUserRate                = 50
+	DefaultUserBurst               = 200
 )
 
 // resourceVersionWait is how long a list waits for a resourceVersion the
@@ -84,6 +87,12 @@ func newLimiters(l Limits, now func() time.Time) *limiters {
 	if l.FailureBurst == 0 {
 		l.FailureBurst = 40
 	}
+	if l.UserRate == 0 {
+		l.UserRate = DefaultUserRate
+	}
+	if l.UserBurst == 0 {
+		l.UserBurst = DefaultUserBurst
+	}
 	return &limiters{
 		mutating:          &semaphore{limit: int64(l.MaxMutatingInFlight)},
 		readOnly:          &semaphore{limit: int64(l.MaxReadOnlyInFlight)},
@@ -91,6 +100,7 @@ func newLimiters(l Limits, now func() time.Time) *limiters {
 		rvWaits:           &semaphore{limit: int64(l.MaxResourceVersionWaits)},
 		bodies:            &byteBudget{limit: l.MaxBodyBytesInFlight},
 		failures:          &buckets{rate: l.FailureRate, burst: float64(l.FailureBurst), now: now, m: map[string]*bucket{}},
+		requests:          &buckets{rate: l.UserRate, burst: float64(l.UserBurst), now: now, m: map[string]*bucket{}},
 		bodyTimeout:       l.BodyTimeout,
 		publicBodyTimeout: l.PublicBodyTimeout,
 		responseTimeout:   l.ResponseTimeout,

@@ -202,7 +202,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.rateLimit(rec, r, rr) {
 		return
 	}
-	defer func() { s.chargeRefusal(rr, rec.code()) }()
+	defer func() { s.chargeFailure(r, rr, rec.code()) }()
 	if (err != nil || user == nil) && !public {
 		msg := "Unauthorized: this hub needs a client certificate signed by its CA (use the kubeconfig the hub wrote, or join with a token)"
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/hub/apiserver"
 	"flotilla.dev/flotilla/hub/audit"
 	"flotilla.dev/flotilla/hub/auth"
 	"flotilla.dev/flotilla/hub/hubtest"
@@ -596,4 +598,74 @@ func TestUnauthenticatedClientsAreRateLimited(t *testing.T) {
 		t.Errorf("admin refused after the flood: %v", err)
 	}
 	waitAudit(t, h, func(e audit.Entry) bool { return e.Code == http.StatusTooManyRequests })
+}
+
+// TestSuccessfulPublicRequestsAreFree: requests without a certificate
+// that succeed (joins from devices behind one NAT, the CA download,
+// webhooks) spend nothing of their address's budget; failures do.
+func TestSuccessfulPublicRequestsAreFree(t *testing.T) {
+	h := hubtest.Start(t, hubtest.Options{Limits: apiserver.Limits{FailureRate: 0.01, FailureBurst: 5}})
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	get := func(path string) int {
+		t.Helper()
+		resp, err := hc.Get(h.URL() + path)
+		must(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for i := range 50 {
+		if code := get("/join/v1/ca"); code != http.StatusOK {
+			t.Fatalf("CA download %d answered %d", i, code)
+		}
+	}
+	var codes []int
+	for range 7 {
+		codes = append(codes, get("/api/v1/secrets"))
+	}
+	if !slices.Equal(codes[:5], []int{401, 401, 401, 401, 401}) || codes[6] != http.StatusTooManyRequests {
+		t.Errorf("failed requests after 50 successful ones answered %v, want 5 × 401 then 429", codes)
+	}
+	// The address is now limited, for successes too.
+	if code := get("/join/v1/ca"); code != http.StatusTooManyRequests {
+		t.Errorf("a limited address's CA download answered %d, want 429", code)
+	}
+}
+
+// TestAuthenticatedClientsHaveAShare: a device or viewer that sends more
+// than its rate is answered 429 with Retry-After; other clients and the
+// administrators are not.
+func TestAuthenticatedClientsHaveAShare(t *testing.T) {
+	h := hubtest.Start(t, hubtest.Options{Limits: apiserver.Limits{UserRate: 0.01, UserBurst: 10}})
+	raw := func(user string, groups []string) *http.Client {
+		certPEM, keyPEM, err := h.PKI().IssueClientCert(user, groups, time.Hour)
+		must(t, err)
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
+		must(t, err)
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{pair}}}}
+	}
+	get := func(c *http.Client) *http.Response {
+		t.Helper()
+		resp, err := c.Get(h.URL() + "/api/v1/namespaces")
+		must(t, err)
+		resp.Body.Close()
+		return resp
+	}
+	greedy := raw("greedy", []string{auth.GroupViewers})
+	for i := range 10 {
+		if resp := get(greedy); resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d within the burst answered %s", i, resp.Status)
+		}
+	}
+	resp := get(greedy)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("request past the burst answered %s (Retry-After %q), want 429 with Retry-After", resp.Status, resp.Header.Get("Retry-After"))
+	}
+	if resp := get(raw("modest", []string{auth.GroupViewers})); resp.StatusCode != http.StatusOK {
+		t.Errorf("another viewer answered %s", resp.Status)
+	}
+	for range 20 {
+		if _, err := h.Client.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{}); err != nil {
+			t.Fatalf("the admin: %v", err)
+		}
+	}
 }
