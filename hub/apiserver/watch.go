@@ -1,10 +1,12 @@
 package apiserver
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -105,6 +107,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, ri *request
 		}
 	}
 	enc := &eventEncoder{res: ri.Resource, out: out, opts: tableOptions(r)}
+	allowed := s.watchAuthorizer(ctx)
 	for _, ev := range backlog {
 		if line := enc.encode(ev, f); line != nil && !send(line) {
 			return nil
@@ -140,6 +143,11 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, ri *request
 				continue
 			}
 			lastRev = ev.rev
+			if !allowed() {
+				// Ending the stream sends the client back to a new
+				// watch, which is refused with the reason.
+				return nil
+			}
 			if line := enc.encode(ev, f); line != nil && !send(line) {
 				return nil
 			}
@@ -162,6 +170,25 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, ri *request
 		case <-ctx.Done():
 			return nil
 		}
+	}
+}
+
+// watchAuthorizer decides again, before each event of a device's watch,
+// whether the device may still read it: what a device may read follows
+// its pods (a Secret while a pod bound to it uses it), so a watch opened
+// while it could stops delivering once it cannot. Other users' rights do
+// not change with the objects, and are decided once; so are a device's
+// watches of its own pods (the deletion of a pod must still reach it).
+func (s *Server) watchAuthorizer(ctx context.Context) func() bool {
+	rr := recordFrom(ctx)
+	if rr == nil || rr.user == nil || !slices.Contains(rr.user.Groups, GroupNodes) ||
+		rr.attrs.APIGroup != "" || (rr.attrs.Resource != "secrets" && rr.attrs.Resource != "configmaps") {
+		return func() bool { return true }
+	}
+	attrs := rr.attrs
+	return func() bool {
+		ok, _, err := s.cfg.Authorizer.Authorize(ctx, attrs)
+		return err == nil && ok
 	}
 }
 

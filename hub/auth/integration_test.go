@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
@@ -667,5 +668,69 @@ func TestAuthenticatedClientsHaveAShare(t *testing.T) {
 		if _, err := h.Client.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{}); err != nil {
 			t.Fatalf("the admin: %v", err)
 		}
+	}
+}
+
+// TestSecretWatchEndsWithThePod: a device's watch of a Secret stops
+// delivering once no pod bound to the device uses it; a new watch is
+// refused.
+func TestSecretWatchEndsWithThePod(t *testing.T) {
+	h := hubtest.Start(t, hubtest.Options{AllowTagImages: true})
+	ctx := context.Background()
+	core := h.Client.CoreV1()
+	_, err := core.Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a"}}, metav1.CreateOptions{})
+	must(t, err)
+	_, err = core.Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db"}, StringData: map[string]string{"k": "v1"}}, metav1.CreateOptions{})
+	must(t, err)
+	_, err = core.ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cdb"}}, metav1.CreateOptions{})
+	must(t, err)
+	_, err = core.Pods("default").Create(ctx, pod("app", "a", usesSecretAndConfigMap("db", "cdb")), metav1.CreateOptions{})
+	must(t, err)
+
+	dev := h.NodeClient("a")
+	w, err := dev.CoreV1().Secrets("default").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=db"})
+	must(t, err)
+	defer w.Stop()
+	next := func() (watch.Event, bool) {
+		select {
+		case ev, ok := <-w.ResultChan():
+			return ev, ok
+		case <-time.After(10 * time.Second):
+			t.Fatal("no event and no end of the watch within 10s")
+			return watch.Event{}, false
+		}
+	}
+	if ev, ok := next(); !ok || ev.Type != watch.Added {
+		t.Fatalf("first event %v %v, want the Secret ADDED", ev.Type, ok)
+	}
+	update := func(v string) {
+		t.Helper()
+		s, err := core.Secrets("default").Get(ctx, "db", metav1.GetOptions{})
+		must(t, err)
+		s.Data = map[string][]byte{"k": []byte(v)}
+		_, err = core.Secrets("default").Update(ctx, s, metav1.UpdateOptions{})
+		must(t, err)
+	}
+	update("v2")
+	if ev, ok := next(); !ok || ev.Type != watch.Modified {
+		t.Fatalf("while the pod uses it: %v %v, want MODIFIED", ev.Type, ok)
+	}
+
+	// The pod goes; the Secret changes again.
+	must(t, core.Pods("default").Delete(ctx, "app", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
+	poll(t, "the pod gone", func(ctx context.Context) (bool, error) {
+		_, err := core.Pods("default").Get(ctx, "app", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	update("v3-after-the-pod")
+	if ev, ok := next(); ok {
+		s, _ := ev.Object.(*corev1.Secret)
+		if s != nil && string(s.Data["k"]) == "v3-after-the-pod" {
+			t.Fatal("the device was sent the Secret after its pod was gone")
+		}
+		t.Fatalf("after the pod was gone: %v, want the watch to end", ev.Type)
+	}
+	if _, err := dev.CoreV1().Secrets("default").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=db"}); !apierrors.IsForbidden(err) {
+		t.Errorf("a new watch after the pod was gone: err = %v, want 403", err)
 	}
 }

@@ -222,8 +222,8 @@ var podsGVR = corev1.SchemeGroupVersion.WithResource("pods")
 // already had are kept as they are (a pod CIDR that moved is the device's
 // to catch up with, by restarting the pod).
 func admitPodAddresses(ctx context.Context, node string, obj, old *corev1.Pod) error {
-	ips := podIPs(obj)
-	if len(ips) == 0 || slices.Equal(ips, podIPs(old)) {
+	ips, hosts := podIPs(obj), hostIPs(obj)
+	if slices.Equal(ips, podIPs(old)) && slices.Equal(hosts, hostIPs(old)) {
 		return nil
 	}
 	lookup := apiserver.LookupFrom(ctx)
@@ -235,15 +235,23 @@ func admitPodAddresses(ctx context.Context, node string, obj, old *corev1.Pod) e
 		return fmt.Errorf("node restriction: the addresses of pod %s/%s cannot be checked against Node %s: %v", obj.Namespace, obj.Name, node, err)
 	}
 	n := o.(*corev1.Node)
-	if obj.Spec.HostNetwork {
-		var own []string
-		for _, a := range n.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP {
-				if addr, err := netip.ParseAddr(a.Address); err == nil {
-					own = append(own, addr.Unmap().String())
-				}
+	var own []string
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP {
+			if addr, err := netip.ParseAddr(a.Address); err == nil {
+				own = append(own, addr.Unmap().String())
 			}
 		}
+	}
+	// status.hostIP is where NodePorts and hostPorts of the pod are
+	// reached: the Node's own address, nobody else's.
+	for _, ip := range hosts {
+		if !slices.Contains(own, ip.String()) {
+			return fmt.Errorf("node restriction: pod %s/%s reports the host address %s, which is not an address of Node %s (%s)",
+				obj.Namespace, obj.Name, ip, node, strings.Join(own, ", "))
+		}
+	}
+	if obj.Spec.HostNetwork {
 		for _, ip := range ips {
 			if !slices.Contains(own, ip.String()) {
 				return fmt.Errorf("node restriction: pod %s/%s uses the host's network, and %s is not an address of Node %s (%s)",
@@ -275,23 +283,45 @@ func admitPodAddresses(ctx context.Context, node string, obj, old *corev1.Pod) e
 	return nil
 }
 
+// hostIPs are the host addresses in a pod's status, as podIPs.
+func hostIPs(p *corev1.Pod) []netip.Addr {
+	if p == nil {
+		return nil
+	}
+	fields := []string{p.Status.HostIP}
+	for _, ip := range p.Status.HostIPs {
+		fields = append(fields, ip.IP)
+	}
+	return sortedAddrs(fields)
+}
+
 // podIPs are the addresses in a pod's status, sorted, without duplicates;
 // an unparsable one is kept as the invalid address (never in any range).
 func podIPs(p *corev1.Pod) []netip.Addr {
+	if p == nil {
+		return nil
+	}
+	fields := []string{p.Status.PodIP}
+	for _, ip := range p.Status.PodIPs {
+		fields = append(fields, ip.IP)
+	}
+	return sortedAddrs(fields)
+}
+
+// sortedAddrs parses the addresses given, skipping empty ones, and sorts
+// them without duplicates. An unparsable one becomes the invalid Addr,
+// which no CIDR contains and no Node has: it is refused with the rest.
+func sortedAddrs(fields []string) []netip.Addr {
 	var out []netip.Addr
-	add := func(s string) {
+	for _, s := range fields {
 		if s == "" {
-			return
+			continue
 		}
 		a, _ := netip.ParseAddr(s)
 		a = a.Unmap()
 		if !slices.Contains(out, a) {
 			out = append(out, a)
 		}
-	}
-	add(p.Status.PodIP)
-	for _, ip := range p.Status.PodIPs {
-		add(ip.IP)
 	}
 	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
 	return out

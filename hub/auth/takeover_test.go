@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"flotilla.dev/flotilla/api"
@@ -74,6 +75,16 @@ func TestDeviceCannotTakeOverAService(t *testing.T) {
 		evilCIDR, err = netip.ParsePrefix(n.Spec.PodCIDR)
 		return true, err
 	})
+	// Its address, as agents report it.
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := evil.CoreV1().Nodes().Get(bg, "evil", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.66"}}
+		_, err = evil.CoreV1().Nodes().UpdateStatus(bg, n, metav1.UpdateOptions{})
+		return err
+	}))
 
 	webLabels := map[string]string{"app": "web"}
 	fake := func(name string, mutate func(*corev1.Pod)) *corev1.Pod {
@@ -126,14 +137,14 @@ func TestDeviceCannotTakeOverAService(t *testing.T) {
 
 		// Running and Ready, at an address outside its pod CIDR (one a
 		// real pod on another device could have); then inside it.
-		setStatus := func(ip string) error {
+		setStatus := func(ip, host string) error {
 			p, err := evil.CoreV1().Pods("default").Get(bg, name, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
 			now := metav1.Now()
 			p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, StartTime: &now,
-				HostIP: "192.0.2.66",
+				HostIP: host,
 				Conditions: []corev1.PodCondition{
 					{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))},
 					{Type: corev1.ContainersReady, Status: corev1.ConditionTrue},
@@ -143,12 +154,13 @@ func TestDeviceCannotTakeOverAService(t *testing.T) {
 			_, err = evil.CoreV1().Pods("default").UpdateStatus(bg, p, metav1.UpdateOptions{})
 			return err
 		}
-		if refused("report a pod address outside its pod CIDR", setStatus(fmt.Sprintf("10.99.0.%d", i))) {
-			inside := evilCIDR.Addr().Next()
-			for j := 0; j < 10+i; j++ {
-				inside = inside.Next()
-			}
-			must(t, setStatus(inside.String()))
+		inside := evilCIDR.Addr().Next()
+		for j := 0; j < 10+i; j++ {
+			inside = inside.Next()
+		}
+		refused("report another device's address as the pod's host", setStatus(inside.String(), "192.0.2.10"))
+		if refused("report a pod address outside its pod CIDR", setStatus(fmt.Sprintf("10.99.0.%d", i), "192.0.2.66")) {
+			must(t, setStatus(inside.String(), "192.0.2.66"))
 		}
 	}
 

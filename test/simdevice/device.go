@@ -167,6 +167,9 @@ func (d *Device) postReady(ctx context.Context, n *corev1.Node) error {
 			Message: "simulated device is ready", LastHeartbeatTime: now, LastTransitionTime: now,
 		}}
 		n.Status.NodeInfo = corev1.NodeSystemInfo{Architecture: "amd64", OperatingSystem: "linux", KubeletVersion: "simdevice"}
+		// The hub accepts a pod's hostIP only if it is an address of the
+		// pod's Node.
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: HostIP}}
 		out, err := nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		if err != nil {
 			n = nil
