@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"path"
 	"strings"
 
@@ -119,7 +120,8 @@ func (l *load) kustomize(dir, kfile string) error {
 	}
 	opts := krusty.MakeDefaultOptions()
 	opts.PluginConfig = types.DisabledPluginConfig()
-	rm, err := krusty.MakeKustomizer(opts).Run(kfs.fs, "/"+dir)
+	// path.Join: a kustomization at the commit's root is "/", not "/.".
+	rm, err := krusty.MakeKustomizer(opts).Run(kfs.fs, path.Join("/", dir))
 	if err != nil {
 		msg := strings.ReplaceAll(err.Error(), "\n", " ")
 		if len(kfs.skipped) > 0 {
@@ -279,6 +281,11 @@ func isRemote(s string) bool {
 	s = strings.TrimSpace(s)
 	if s == "" || strings.Contains(s, "\n") {
 		return false
+	}
+	// Kustomize fetches any path that parses as an http(s) URL, "http:x"
+	// and "HTTPS://..." included; any other scheme is refused as well.
+	if u, err := url.Parse(s); err == nil && u.Scheme != "" {
+		return true
 	}
 	if strings.Contains(s, "://") || strings.HasPrefix(s, "git@") || strings.HasPrefix(s, "ssh:") || strings.Contains(s, "?ref=") || strings.Contains(s, "?version=") {
 		return true

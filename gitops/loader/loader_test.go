@@ -122,6 +122,25 @@ func TestLoadMissingPath(t *testing.T) {
 	}
 }
 
+// TestLoadKustomizationAtTheRoot: a repository whose top directory is a
+// kustomization (the commonest layout) builds; kustomize was once handed
+// "/." for it, which its in-memory file system does not know.
+func TestLoadKustomizationAtTheRoot(t *testing.T) {
+	fsys := fstest.MapFS{
+		"kustomization.yaml": file("namePrefix: shop-\nresources:\n- cm.yaml\n"),
+		"cm.yaml":            file("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app}\n"),
+	}
+	for _, paths := range [][]string{nil, {"."}, {"./"}} {
+		objs, err := Load(fsys, paths)
+		if err != nil {
+			t.Fatalf("paths %q: %v", paths, err)
+		}
+		if len(objs) != 1 || objs[0].ID() != "ConfigMap shop-app" {
+			t.Errorf("paths %q: objects = %v", paths, ids(objs))
+		}
+	}
+}
+
 func TestLoadKustomizeOverlay(t *testing.T) {
 	fsys := fstest.MapFS{
 		"base/kustomization.yaml":            file("resources:\n- cm.yaml\n"),
@@ -254,6 +273,7 @@ func TestIsRemote(t *testing.T) {
 		"https://example.com/x": true, "git@github.com:org/repo": true, "github.com/org/repo": true,
 		"example.com/org/repo//dir?ref=v1": true, "example.com/org/repo//dir": true, "dev.azure.com/o/p/_git/r": true,
 		"apiVersion: v1\nkind: X": false, "ssh://git@host/repo": true,
+		"http:": true, "HTTPS:example.com/x": true, "s3://bucket/k": true, "cm.yaml#frag": false,
 	} {
 		if got := isRemote(s); got != want {
 			t.Errorf("isRemote(%q) = %v, want %v", s, got, want)
