@@ -20,12 +20,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"flotilla.dev/flotilla/agent/cni"
 	"flotilla.dev/flotilla/agent/dns"
+	"flotilla.dev/flotilla/agent/hubclient"
 	"flotilla.dev/flotilla/agent/kubelet"
 	"flotilla.dev/flotilla/agent/localcache"
 	"flotilla.dev/flotilla/agent/localstore"
@@ -221,7 +220,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	client, err := kubernetes.NewForConfig(restCfg)
+	client, err := hubclient.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("hub client: %w", err)
 	}
@@ -273,7 +272,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	// One set of informers for the proxy, the routes and the DNS server.
-	shared := informers.NewSharedInformerFactory(client, 0)
+	shared := hubclient.NewInformers(client)
 	// From the local store first: after a reboot without the hub the
 	// proxy, routes and DNS start from what the hub last said.
 	if err := localcache.Install(shared, client, store, a.log); err != nil {
@@ -473,7 +472,7 @@ func (a *Agent) ready(ctx context.Context) error {
 }
 
 // runPods sets up the pod network and runs the kubelet.
-func (a *Agent) runPods(ctx context.Context, client kubernetes.Interface, shared informers.SharedInformerFactory, nd *node.Node, rt *runtime.Runtime, puller *registry.Puller, store *localstore.Store, statics *staticPods) error {
+func (a *Agent) runPods(ctx context.Context, client hubclient.Interface, shared *hubclient.Informers, nd *node.Node, rt *runtime.Runtime, puller *registry.Puller, store *localstore.Store, statics *staticPods) error {
 	cidrPath := filepath.Join(a.cfg.DataDir, podCIDRFile)
 	cidr := readCIDR(cidrPath)
 	errc := make(chan error, 3)
@@ -524,10 +523,10 @@ func (a *Agent) runPods(ctx context.Context, client kubernetes.Interface, shared
 	if err != nil {
 		return err
 	}
-	svcs, slices := shared.Core().V1().Services(), shared.Discovery().V1().EndpointSlices()
+	svcs, slices := shared.Services(), shared.EndpointSlices()
 	dnsSrv, err := dns.New(dns.Config{
-		Listen: gw, Services: svcs.Lister(), EndpointSlices: slices.Lister(), NetNSPath: a.cfg.NetNSPath,
-		HasSynced: func() bool { return svcs.Informer().HasSynced() && slices.Informer().HasSynced() },
+		Listen: gw, Services: svcs.Lister, EndpointSlices: slices.Lister, NetNSPath: a.cfg.NetNSPath,
+		HasSynced: func() bool { return svcs.Informer.HasSynced() && slices.Informer.HasSynced() },
 		Log:       a.log,
 	})
 	if err != nil {

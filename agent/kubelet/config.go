@@ -10,9 +10,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"flotilla.dev/flotilla/agent/hubclient"
 	"flotilla.dev/flotilla/agent/localstore"
 )
 
@@ -28,7 +28,7 @@ type Config struct {
 	NodeName string
 	// Client talks to the hub (it may be unreachable at times); nil only
 	// for a standalone device (DisableHubSource), which reports nothing.
-	Client kubernetes.Interface
+	Client hubclient.Interface
 	// Runtime, Network and Puller run pods (Runtime and Puller required;
 	// without Network only hostNetwork pods can start).
 	Runtime Runtime

@@ -15,9 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"flotilla.dev/flotilla/agent/hubclient"
 	"flotilla.dev/flotilla/agent/localstore"
 )
 
@@ -40,7 +40,7 @@ type objWatch struct {
 // a change pokes the pods that use the object, which re-run env and
 // volume setup.
 type objectCache struct {
-	client   kubernetes.Interface
+	client   hubclient.Interface
 	onChange func(types.UID)
 	// store, when set, keeps every object read, so that pods start after
 	// a reboot without the hub; nil keeps nothing.
@@ -55,7 +55,7 @@ type objectCache struct {
 	pods    map[types.UID]map[objKey]bool
 }
 
-func newObjectCache(client kubernetes.Interface, onChange func(types.UID)) *objectCache {
+func newObjectCache(client hubclient.Interface, onChange func(types.UID)) *objectCache {
 	return &objectCache{client: client, onChange: onChange, syncTimeout: 10 * time.Second,
 		ctx: context.Background(), watches: map[objKey]*objWatch{}, pods: map[types.UID]map[objKey]bool{}}
 }

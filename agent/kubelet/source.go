@@ -12,9 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"flotilla.dev/flotilla/agent/hubclient"
 	"flotilla.dev/flotilla/agent/localstore"
 	"flotilla.dev/flotilla/api/podutil"
 )
@@ -52,7 +52,7 @@ type HubSource struct {
 var _ PodSource = (*HubSource)(nil)
 
 // NewHubSource returns the hub's pods bound to node.
-func NewHubSource(client kubernetes.Interface, node string) *HubSource {
+func NewHubSource(client hubclient.Interface, node string) *HubSource {
 	sel := fields.OneTermEqualSelector("spec.nodeName", node).String()
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {

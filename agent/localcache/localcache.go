@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -13,10 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"flotilla.dev/flotilla/agent/hubclient"
 	"flotilla.dev/flotilla/agent/localstore"
 )
 
@@ -30,7 +28,7 @@ type kindInfo struct {
 	replace func(s *localstore.Store, list runtime.Object, rv string) error
 	// put writes one object through.
 	put func(s *localstore.Store, obj any) error
-	lw  func(c kubernetes.Interface) *cache.ListWatch
+	lw  func(c hubclient.Interface) *cache.ListWatch
 }
 
 // newKind describes a kind by its item type T and its list type.
@@ -38,8 +36,8 @@ func newKind[T any, PT interface {
 	*T
 	localstore.Object
 }](kind localstore.Kind, toList func([]T) runtime.Object, items func(runtime.Object) []T,
-	list func(context.Context, kubernetes.Interface, metav1.ListOptions) (runtime.Object, error),
-	watchFn func(context.Context, kubernetes.Interface, metav1.ListOptions) (watch.Interface, error)) kindInfo {
+	list func(context.Context, hubclient.Interface, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, hubclient.Interface, metav1.ListOptions) (watch.Interface, error)) kindInfo {
 	return kindInfo{
 		kind: kind, example: PT(new(T)),
 		list: func(s *localstore.Store) (runtime.Object, error) {
@@ -59,7 +57,7 @@ func newKind[T any, PT interface {
 			return localstore.Replace(s, kind, ptrs, rv)
 		},
 		put: func(s *localstore.Store, obj any) error { return localstore.Put(s, kind, obj.(PT)) },
-		lw: func(c kubernetes.Interface) *cache.ListWatch {
+		lw: func(c hubclient.Interface) *cache.ListWatch {
 			return &cache.ListWatch{
 				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 					return list(ctx, c, o)
@@ -76,10 +74,10 @@ var kinds = []kindInfo{
 	newKind(localstore.Services,
 		func(its []corev1.Service) runtime.Object { return &corev1.ServiceList{Items: its} },
 		func(l runtime.Object) []corev1.Service { return l.(*corev1.ServiceList).Items },
-		func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (runtime.Object, error) {
+		func(ctx context.Context, c hubclient.Interface, o metav1.ListOptions) (runtime.Object, error) {
 			return c.CoreV1().Services(metav1.NamespaceAll).List(ctx, o)
 		},
-		func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (watch.Interface, error) {
+		func(ctx context.Context, c hubclient.Interface, o metav1.ListOptions) (watch.Interface, error) {
 			return c.CoreV1().Services(metav1.NamespaceAll).Watch(ctx, o)
 		}),
 	newKind(localstore.EndpointSlices,
@@ -87,19 +85,19 @@ var kinds = []kindInfo{
 			return &discoveryv1.EndpointSliceList{Items: its}
 		},
 		func(l runtime.Object) []discoveryv1.EndpointSlice { return l.(*discoveryv1.EndpointSliceList).Items },
-		func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (runtime.Object, error) {
+		func(ctx context.Context, c hubclient.Interface, o metav1.ListOptions) (runtime.Object, error) {
 			return c.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(ctx, o)
 		},
-		func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (watch.Interface, error) {
+		func(ctx context.Context, c hubclient.Interface, o metav1.ListOptions) (watch.Interface, error) {
 			return c.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).Watch(ctx, o)
 		}),
 	newKind(localstore.Nodes,
 		func(its []corev1.Node) runtime.Object { return &corev1.NodeList{Items: its} },
 		func(l runtime.Object) []corev1.Node { return l.(*corev1.NodeList).Items },
-		func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (runtime.Object, error) {
+		func(ctx context.Context, c hubclient.Interface, o metav1.ListOptions) (runtime.Object, error) {
 			return c.CoreV1().Nodes().List(ctx, o)
 		},
-		func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (watch.Interface, error) {
+		func(ctx context.Context, c hubclient.Interface, o metav1.ListOptions) (watch.Interface, error) {
 			return c.CoreV1().Nodes().Watch(ctx, o)
 		}),
 }
@@ -107,13 +105,13 @@ var kinds = []kindInfo{
 // Install registers the Services, EndpointSlices and Nodes informers of
 // factory as store-backed ones; call it before anything asks the factory
 // for them.
-func Install(factory informers.SharedInformerFactory, client kubernetes.Interface, store *localstore.Store, log *slog.Logger) error {
+func Install(factory *hubclient.Informers, client hubclient.Interface, store *localstore.Store, log *slog.Logger) error {
 	if log == nil {
 		log = slog.Default()
 	}
 	for _, k := range kinds {
 		lw := &listWatch{kind: k, hub: k.lw(client), store: store, log: log.With("component", "localcache", "kind", string(k.kind))}
-		inf := factory.InformerFor(k.example, func(kubernetes.Interface, time.Duration) cache.SharedIndexInformer {
+		inf := factory.InformerFor(k.example, func() cache.SharedIndexInformer {
 			return cache.NewSharedIndexInformer(lw, k.example, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 		})
 		if _, err := inf.AddEventHandler(writeThrough(k, store, lw.log)); err != nil {

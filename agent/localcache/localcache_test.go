@@ -14,11 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
+	"flotilla.dev/flotilla/agent/hubclient"
 	"flotilla.dev/flotilla/agent/localstore"
 )
 
@@ -31,17 +31,17 @@ func service(name string) *corev1.Service {
 
 // start runs the store-backed informers of a new factory and waits for
 // them to sync.
-func start(t *testing.T, client *fake.Clientset, store *localstore.Store) informers.SharedInformerFactory {
+func start(t *testing.T, client *fake.Clientset, store *localstore.Store) *hubclient.Informers {
 	t.Helper()
-	f := informers.NewSharedInformerFactory(client, 0)
+	f := hubclient.NewInformers(client)
 	if err := Install(f, client, store, quiet); err != nil {
 		t.Fatal(err)
 	}
-	svcs := f.Core().V1().Services().Informer()
-	slices := f.Discovery().V1().EndpointSlices().Informer()
-	nodes := f.Core().V1().Nodes().Informer()
+	svcs := f.Services().Informer
+	slices := f.EndpointSlices().Informer
+	nodes := f.Nodes().Informer
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(func() { cancel(); f.Shutdown() })
+	t.Cleanup(cancel)
 	f.Start(ctx.Done())
 	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
 	defer scancel()
@@ -86,11 +86,11 @@ func TestServesTheStoreWhenTheHubIsAway(t *testing.T) {
 	away.PrependReactor("list", "*", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, down })
 	away.PrependWatchReactor("*", func(k8stesting.Action) (bool, watch.Interface, error) { return true, nil, down })
 	f := start(t, away, store)
-	svcs, err := f.Core().V1().Services().Lister().List(everything())
+	svcs, err := f.Services().Lister.List(everything())
 	if err != nil || len(svcs) != 2 {
 		t.Fatalf("services without the hub: %v %v, want web and db", svcs, err)
 	}
-	nodes, _ := f.Core().V1().Nodes().Lister().List(everything())
+	nodes, _ := f.Nodes().Lister.List(everything())
 	if len(nodes) != 1 || nodes[0].Name != "dev1" {
 		t.Errorf("nodes without the hub: %v", nodes)
 	}
@@ -106,13 +106,13 @@ func TestFirstStartWithoutHubWaits(t *testing.T) {
 	away.PrependReactor("list", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("connection refused")
 	})
-	f := informers.NewSharedInformerFactory(away, 0)
+	f := hubclient.NewInformers(away)
 	if err := Install(f, away, store, quiet); err != nil {
 		t.Fatal(err)
 	}
-	inf := f.Discovery().V1().EndpointSlices().Informer()
+	inf := f.EndpointSlices().Informer
 	ctx, cancel := context.WithCancel(context.Background())
-	defer func() { cancel(); f.Shutdown() }()
+	defer cancel()
 	f.Start(ctx.Done())
 	time.Sleep(500 * time.Millisecond)
 	// An empty store that never saw the hub is no answer: an informer

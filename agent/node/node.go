@@ -22,9 +22,9 @@ import (
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"flotilla.dev/flotilla/agent/hubclient"
 	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/agentapi"
 )
@@ -43,7 +43,7 @@ var ErrConfig = errors.New("invalid node configuration")
 // Config is what the node is registered and kept current from.
 type Config struct {
 	// Client talks to the hub (required).
-	Client kubernetes.Interface
+	Client hubclient.Interface
 	// Name is the Node's name (required), also its kubernetes.io/hostname.
 	Name string
 	// Labels are set on the Node and owned by the agent.
@@ -83,7 +83,7 @@ type Config struct {
 type Node struct {
 	cfg    Config
 	log    *slog.Logger
-	client kubernetes.Interface
+	client hubclient.Interface
 	// fixed are the labels every node has.
 	fixed map[string]string
 

@@ -11,12 +11,11 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"flotilla.dev/flotilla/agent/hubclient"
 	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/internal/run"
 )
@@ -44,8 +43,8 @@ type Config struct {
 	// Informers supplies Services and EndpointSlices; when nil one is made
 	// from Client. A shared factory may be passed: New registers its
 	// informers, Run starts it.
-	Informers informers.SharedInformerFactory
-	Client    kubernetes.Interface
+	Informers *hubclient.Informers
+	Client    hubclient.Interface
 	// IPTables is the packet filter; System("") when nil.
 	IPTables IPTables
 	// Conntrack flushes stale UDP flows; the conntrack CLI when nil.
@@ -88,7 +87,7 @@ type SyncResult struct {
 type Proxier struct {
 	cfg       Config
 	log       *slog.Logger
-	factory   informers.SharedInformerFactory
+	factory   *hubclient.Informers
 	services  corelisters.ServiceLister
 	slices    discoverylisters.EndpointSliceLister
 	hasSynced []cache.InformerSynced
@@ -130,7 +129,7 @@ func New(cfg Config) (*Proxier, error) {
 		if cfg.Client == nil {
 			return nil, fmt.Errorf("%w: set Informers or Client", ErrConfig)
 		}
-		cfg.Informers = informers.NewSharedInformerFactory(cfg.Client, 0)
+		cfg.Informers = hubclient.NewInformers(cfg.Client)
 	}
 	if cfg.MinSyncInterval <= 0 {
 		cfg.MinSyncInterval = DefaultMinSyncInterval
@@ -152,19 +151,19 @@ func New(cfg Config) (*Proxier, error) {
 	p.syncs.OnError = func(err error, retryIn time.Duration) {
 		p.log.Error("syncing service rules failed; retrying", "err", err, "retryIn", retryIn)
 	}
-	svcInf := cfg.Informers.Core().V1().Services()
-	sliceInf := cfg.Informers.Discovery().V1().EndpointSlices()
-	p.services, p.slices = svcInf.Lister(), sliceInf.Lister()
+	svcInf := cfg.Informers.Services()
+	sliceInf := cfg.Informers.EndpointSlices()
+	p.services, p.slices = svcInf.Lister, sliceInf.Lister
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { p.markDirty() },
 		UpdateFunc: func(any, any) { p.markDirty() },
 		DeleteFunc: func(any) { p.markDirty() },
 	}
-	r1, err := svcInf.Informer().AddEventHandler(h)
+	r1, err := svcInf.Informer.AddEventHandler(h)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: watch services: %w", err)
 	}
-	r2, err := sliceInf.Informer().AddEventHandler(h)
+	r2, err := sliceInf.Informer.AddEventHandler(h)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: watch endpointslices: %w", err)
 	}

@@ -19,11 +19,10 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"flotilla.dev/flotilla/agent/hubclient"
 	"flotilla.dev/flotilla/agent/proxy"
 	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/internal/run"
@@ -60,8 +59,8 @@ type Config struct {
 	// NodeName is this device's Node; its own pod CIDR gets no route.
 	NodeName string
 	// Informers supplies Nodes; one is made from Client when nil.
-	Informers informers.SharedInformerFactory
-	Client    kubernetes.Interface
+	Informers *hubclient.Informers
+	Client    hubclient.Interface
 	// ClusterCIDR is the pod network (api.ClusterCIDR when empty).
 	ClusterCIDR string
 	// IPTables; proxy.System("") when nil.
@@ -80,7 +79,7 @@ type Router struct {
 	cfg       Config
 	log       *slog.Logger
 	nodes     corelisters.NodeLister
-	factory   informers.SharedInformerFactory
+	factory   *hubclient.Informers
 	hasSynced cache.InformerSynced
 	// syncs runs sync after changes, one at a time, bursts folded.
 	syncs run.Coalescer
@@ -106,7 +105,7 @@ func New(cfg Config) (*Router, error) {
 		if cfg.Client == nil {
 			return nil, fmt.Errorf("%w: set Informers or Client", ErrConfig)
 		}
-		cfg.Informers = informers.NewSharedInformerFactory(cfg.Client, 0)
+		cfg.Informers = hubclient.NewInformers(cfg.Client)
 	}
 	if cfg.ResyncInterval <= 0 {
 		cfg.ResyncInterval = DefaultResyncInterval
@@ -117,9 +116,9 @@ func New(cfg Config) (*Router, error) {
 	r := &Router{cfg: cfg, log: cfg.Log.With("component", "routes"), factory: cfg.Informers,
 		unreachable: map[string]bool{}}
 	r.syncs.Resync = cfg.ResyncInterval
-	inf := cfg.Informers.Core().V1().Nodes()
-	r.nodes = inf.Lister()
-	reg, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	inf := cfg.Informers.Nodes()
+	r.nodes = inf.Lister
+	reg, err := inf.Informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { r.markDirty() },
 		UpdateFunc: func(any, any) { r.markDirty() },
 		DeleteFunc: func(any) { r.markDirty() },

@@ -11,8 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/kubernetes"
 
+	"flotilla.dev/flotilla/agent/hubclient"
 	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/podutil"
 )
@@ -71,7 +71,7 @@ func copyMap(m map[string]string) map[string]string {
 // Mirrorer keeps the hub's mirror pods of this node equal to its static
 // pods.
 type Mirrorer struct {
-	client kubernetes.Interface
+	client hubclient.Interface
 	src    interface{ List() []*corev1.Pod }
 	node   string
 	log    *slog.Logger
@@ -80,7 +80,7 @@ type Mirrorer struct {
 }
 
 // NewMirrorer returns a Mirrorer of src's pods for node. log may be nil.
-func NewMirrorer(client kubernetes.Interface, src interface{ List() []*corev1.Pod }, node string, log *slog.Logger) *Mirrorer {
+func NewMirrorer(client hubclient.Interface, src interface{ List() []*corev1.Pod }, node string, log *slog.Logger) *Mirrorer {
 	if log == nil {
 		log = slog.Default()
 	}

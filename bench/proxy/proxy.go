@@ -17,9 +17,9 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"flotilla.dev/flotilla/agent/hubclient"
 	"flotilla.dev/flotilla/agent/proxy"
 	"flotilla.dev/flotilla/agent/proxy/netnstest"
 )
@@ -152,7 +152,7 @@ func measure(ctx context.Context, o Options, n int, last bool, res *Results) (Fi
 	defer ns.Delete()
 
 	client := fake.NewClientset(objects(n, o.Endpoints)...)
-	factory := informers.NewSharedInformerFactory(client, 0)
+	factory := hubclient.NewInformers(client)
 	var sys *proxy.SystemIPTables
 	if err := ns.Do(func() error { var err error; sys, err = proxy.System(o.Mode); return err }); err != nil {
 		return f, err
@@ -166,10 +166,8 @@ func measure(ctx context.Context, o Options, n int, last bool, res *Results) (Fi
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	factory.Start(cctx.Done())
-	for typ, ok := range factory.WaitForCacheSync(cctx.Done()) {
-		if !ok {
-			return f, fmt.Errorf("informer %v did not sync", typ)
-		}
+	if !factory.WaitForCacheSync(cctx.Done()) {
+		return f, errors.New("the informers did not sync")
 	}
 
 	var sr proxy.SyncResult
@@ -187,7 +185,7 @@ func measure(ctx context.Context, o Options, n int, last bool, res *Results) (Fi
 
 	if last {
 		var times, restores []time.Duration
-		lister := factory.Discovery().V1().EndpointSlices().Lister()
+		lister := factory.EndpointSlices().Lister
 		for g := 1; g <= o.Changes; g++ {
 			sl := slice(fmt.Sprintf("svc-%05d", n/2), n/2, o.Endpoints, g)
 			if _, err := client.DiscoveryV1().EndpointSlices("bench").Update(ctx, sl, metav1.UpdateOptions{}); err != nil {

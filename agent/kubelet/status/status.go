@@ -13,9 +13,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
 
+	"flotilla.dev/flotilla/agent/hubclient"
 	"flotilla.dev/flotilla/api"
 )
 
@@ -54,7 +54,7 @@ type entry struct {
 
 // Manager writes pod statuses.
 type Manager struct {
-	client kubernetes.Interface
+	client hubclient.Interface
 	get    PodGetter
 	opts   Options
 	queue  workqueue.TypedRateLimitingInterface[types.UID]
@@ -66,7 +66,7 @@ type Manager struct {
 }
 
 // New returns a Manager; Run starts it.
-func New(client kubernetes.Interface, get PodGetter, opts Options) *Manager {
+func New(client hubclient.Interface, get PodGetter, opts Options) *Manager {
 	if opts.Workers <= 0 {
 		opts.Workers = 2
 	}
