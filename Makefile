@@ -6,6 +6,9 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0
 COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X flotilla.dev/flotilla/internal/version.Version=$(VERSION) -X flotilla.dev/flotilla/internal/version.Commit=$(COMMIT)
 BIN := bin
+# Build tags of every binary (internal/buildtags says why; its test checks
+# that this, packaging/build.sh and .goreleaser.yaml agree).
+TAGS := grpcnotrace
 # Short fuzzing in `make test`; longer runs: make fuzz FUZZTIME=5m
 FUZZTIME ?= 10s
 # Release tooling, built from the Go module proxy into $(BIN)/tools.
@@ -20,7 +23,7 @@ all: build
 # tests run what a device runs.
 build:
 	@mkdir -p $(BIN)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 # dist/: the binaries and the .deb (amd64, arm64, armhf) and .rpm (x86_64,
 # aarch64) packages, built with nfpm from packaging/nfpm; prints the sizes.

@@ -26,6 +26,8 @@ ROOT=$PWD
 
 GO=${GO:-go}
 NFPM_VERSION=v2.45.2
+# As the Makefile's TAGS (internal/buildtags).
+TAGS=grpcnotrace
 COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)}
 OUT=dist
@@ -86,7 +88,7 @@ for arch in "${ARCHES[@]}"; do
     mkdir -p "$bin"
     echo "build.sh: building the binaries for linux/$arch"
     CGO_ENABLED=0 GOOS=linux GOARCH=$goarch GOARM=$goarm \
-      "$GO" build -trimpath -ldflags "$LDFLAGS" -o "$bin/" ./cmd/...
+      "$GO" build -trimpath -tags "$TAGS" -ldflags "$LDFLAGS" -o "$bin/" ./cmd/...
   fi
   bin=$(cd "$bin" && pwd)
   for b in flotilla-agent flotilla-logger flotilla-hub flotctl; do

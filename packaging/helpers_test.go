@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"flotilla.dev/flotilla/internal/buildtags"
 	"flotilla.dev/flotilla/internal/testbin"
 	"flotilla.dev/flotilla/internal/testenv"
 )
@@ -156,13 +157,13 @@ func shippable(dir string) bool {
 }
 
 // goBuild builds packages for linux/goarch as build.sh and .goreleaser.yaml
-// do (CGO off, -trimpath, stripped, the version linked in).
+// do (CGO off, -trimpath, the build tags, stripped, the version linked in).
 func goBuild(out, goarch, goarm, version string, packages ...string) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
 	ldflags := "-s -w -X flotilla.dev/flotilla/internal/version.Version=" + version + " -X flotilla.dev/flotilla/internal/version.Commit=pkgtest"
-	args := append([]string{"build", "-trimpath", "-ldflags", ldflags, "-o", out + "/"}, packages...)
+	args := append([]string{"build", "-trimpath", "-tags", buildtags.Tags, "-ldflags", ldflags, "-o", out + "/"}, packages...)
 	start := time.Now()
 	b, err := try([]string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + goarch, "GOARM=" + goarm}, "go", args...)
 	if err != nil {

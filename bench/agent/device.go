@@ -31,6 +31,7 @@ import (
 	"flotilla.dev/flotilla/agent/runtime/podns"
 	"flotilla.dev/flotilla/hub"
 	"flotilla.dev/flotilla/hub/pki"
+	"flotilla.dev/flotilla/internal/buildtags"
 	"flotilla.dev/flotilla/registry"
 	"flotilla.dev/flotilla/registry/trust/trusttest"
 	"flotilla.dev/flotilla/test/testimage"
@@ -381,7 +382,7 @@ func agentBinaries(ctx context.Context, binDir, dir string) (string, error) {
 		return "", errors.New("no agent binary: set FLOTILLA_BIN to a directory with flotilla-agent and flotilla-logger, or run from the Flotilla module")
 	}
 	bin := filepath.Join(dir, "bin")
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin+"/", "./cmd/flotilla-agent", "./cmd/flotilla-logger")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-tags", buildtags.Tags, "-ldflags", "-s -w", "-o", bin+"/", "./cmd/flotilla-agent", "./cmd/flotilla-logger")
 	cmd.Dir = filepath.Dir(mod)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {

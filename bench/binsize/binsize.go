@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"flotilla.dev/flotilla/internal/buildtags"
 )
 
 // Package is the code and read-only data of one package (or group).
@@ -212,9 +214,10 @@ func Sum(sizes map[string]int64, set map[string]bool) (total int64, pkgs []Packa
 	return total, sorted(m)
 }
 
-// LinkCost builds two programs in moduleDir's module, stripped as
-// releases are, and returns both sizes: what adding a dependency costs a
-// binary's file, measured on programs that differ only in using it.
+// LinkCost builds two programs in moduleDir's module, stripped and
+// tagged as releases are, and returns both sizes: what adding a
+// dependency costs a binary's file, measured on programs that differ
+// only in using it.
 func LinkCost(ctx context.Context, moduleDir, tmpDir, without, with string) (before, after int64, err error) {
 	build := func(name, src string) (int64, error) {
 		file := filepath.Join(tmpDir, name+".go")
@@ -222,7 +225,7 @@ func LinkCost(ctx context.Context, moduleDir, tmpDir, without, with string) (bef
 			return 0, err
 		}
 		out := filepath.Join(tmpDir, name)
-		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, file)
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-tags", buildtags.Tags, "-ldflags=-s -w", "-o", out, file)
 		cmd.Dir = moduleDir
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if b, err := cmd.CombinedOutput(); err != nil {

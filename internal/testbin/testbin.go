@@ -15,6 +15,7 @@ import (
 	"sync"
 	"testing"
 
+	"flotilla.dev/flotilla/internal/buildtags"
 	"flotilla.dev/flotilla/internal/testenv"
 )
 
@@ -44,7 +45,7 @@ func Path(t testing.TB, name string) string {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/"+name)
+	cmd := exec.Command("go", "build", "-tags", buildtags.Tags, "-o", out, "./cmd/"+name)
 	cmd.Dir = moduleRoot()
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building %s: %v\n%s", name, err, b)
@@ -81,7 +82,7 @@ func Dir(t testing.TB) string {
 		if dirErr != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", dirPath+"/", "./cmd/...")
+		cmd := exec.Command("go", "build", "-tags", buildtags.Tags, "-o", dirPath+"/", "./cmd/...")
 		cmd.Dir = moduleRoot()
 		if b, err := cmd.CombinedOutput(); err != nil {
 			dirErr = fmt.Errorf("building the commands: %v\n%s", err, b)

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"flotilla.dev/flotilla/bench/binsize"
+	"flotilla.dev/flotilla/internal/buildtags"
 )
 
 const module = "flotilla.dev/flotilla"
@@ -85,7 +86,7 @@ func binary(ctx context.Context) ([]string, error) {
 	// Stripped as packages ship it; unstripped for the symbol table.
 	var shipped int64
 	for _, b := range []struct{ out, ldflags string }{{"agent", "-s -w"}, {"agent-syms", ""}} {
-		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags="+b.ldflags, "-o", filepath.Join(dir, b.out), "./cmd/flotilla-agent")
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-tags", buildtags.Tags, "-ldflags="+b.ldflags, "-o", filepath.Join(dir, b.out), "./cmd/flotilla-agent")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("build the agent: %v\n%s", err, out)

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"flotilla.dev/flotilla/internal/buildtags"
+	"flotilla.dev/flotilla/internal/testenv"
+)
+
+// TestLinksOnlyWhatADeviceNeeds keeps out of the agent binary what made
+// it large for nothing (issue 19): anything of the hub, client-go's
+// Clientset and informers (they link every API group), the typed clients
+// of groups the agent does not use, and gRPC's x/net/trace (whose
+// html/template turns off the linker's dead method elimination).
+func TestLinksOnlyWhatADeviceNeeds(t *testing.T) {
+	goTool := testenv.RequireTool(t, "go", "the go command lists the agent's dependencies")
+	out, err := exec.Command(goTool, "list", "-deps", "-tags", buildtags.Tags, ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	usedGroups := map[string]bool{"core": true, "discovery": true, "coordination": true}
+	for _, pkg := range strings.Fields(string(out)) {
+		var why string
+		switch {
+		case pkg == "flotilla.dev/flotilla/hub" || strings.HasPrefix(pkg, "flotilla.dev/flotilla/hub/"):
+			why = "the hub"
+		case pkg == "k8s.io/client-go/kubernetes":
+			why = "client-go's Clientset (agent/hubclient has the groups the agent uses)"
+		case pkg == "k8s.io/client-go/informers" || strings.HasPrefix(pkg, "k8s.io/client-go/informers/"):
+			why = "client-go's informers (agent/hubclient.Informers)"
+		case strings.HasPrefix(pkg, "k8s.io/client-go/kubernetes/typed/"):
+			group, _, _ := strings.Cut(strings.TrimPrefix(pkg, "k8s.io/client-go/kubernetes/typed/"), "/")
+			if !usedGroups[group] {
+				why = "the client of a group the agent does not use"
+			}
+		case pkg == "golang.org/x/net/trace":
+			why = "gRPC's tracing (build with -tags " + buildtags.Tags + ")"
+		}
+		if why != "" {
+			t.Errorf("the agent links %s: %s", pkg, why)
+		}
+	}
+}
