@@ -58,6 +58,11 @@ type Config struct {
 	// (--pod-security-default); baseline when empty. flotilla-system is
 	// privileged unless labelled.
 	PodSecurityDefault string
+	// EventTTL is how long Events are kept after they last happened
+	// (--event-ttl), MaxEventBytesPerObject how much the Events about one
+	// object may hold; apiserver's defaults when zero.
+	EventTTL               time.Duration
+	MaxEventBytesPerObject int
 	// NodeCertTTL is the lifetime of device certificates
 	// (--node-cert-ttl); join.DefaultNodeCertTTL when zero.
 	NodeCertTTL time.Duration
@@ -188,21 +193,23 @@ func New(cfg Config) (*Hub, error) {
 		extra[prefix], public = hd, append(public, prefix)
 	}
 	srv, err := apiserver.New(apiserver.Config{
-		Extra:          extra,
-		Public:         public,
-		Store:          sec,
-		Authenticator:  apiserver.CertAuthenticator{Verify: verifyClient(p, revs)},
-		BeforeDelete:   revoker.BeforeDelete,
-		Authorizer:     &auth.Authorizer{Nodes: auth.NewNodeAuthorizer(graph)},
-		Admission:      auth.NodeRestriction{},
-		Audit:          auditLog,
-		Log:            cfg.Log,
-		Registry:       reg,
-		AllowTagImages: cfg.AllowTagImages,
-		Images:         cfg.Images,
-		PodSecurity:    podSecurity(cfg.PodSecurityDefault),
-		PodLogs:        apiserver.AgentPodLogs(p.AdminCredentials),
-		Limits:         cfg.Limits,
+		Extra:                  extra,
+		Public:                 public,
+		Store:                  sec,
+		Authenticator:          apiserver.CertAuthenticator{Verify: verifyClient(p, revs)},
+		BeforeDelete:           revoker.BeforeDelete,
+		Authorizer:             &auth.Authorizer{Nodes: auth.NewNodeAuthorizer(graph)},
+		Admission:              auth.NodeRestriction{},
+		Audit:                  auditLog,
+		Log:                    cfg.Log,
+		Registry:               reg,
+		AllowTagImages:         cfg.AllowTagImages,
+		Images:                 cfg.Images,
+		PodSecurity:            podSecurity(cfg.PodSecurityDefault),
+		PodLogs:                apiserver.AgentPodLogs(p.AdminCredentials),
+		Limits:                 cfg.Limits,
+		EventTTL:               cfg.EventTTL,
+		MaxEventBytesPerObject: cfg.MaxEventBytesPerObject,
 	})
 	if err != nil {
 		auditLog.Close()

@@ -14,6 +14,7 @@ import (
 	"flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/api/validation"
 	"flotilla.dev/flotilla/hub"
+	"flotilla.dev/flotilla/hub/apiserver"
 	"flotilla.dev/flotilla/hub/join"
 	"flotilla.dev/flotilla/hub/store/etcdstore"
 	"flotilla.dev/flotilla/internal/config"
@@ -81,6 +82,7 @@ func newServe() *cobra.Command {
 				Images:             image.Policy{AllowTags: v.GetStringSlice("allow-tags")},
 				PodSecurityDefault: v.GetString("pod-security-default"),
 				NodeCertTTL:        v.GetDuration("node-cert-ttl"),
+				EventTTL:           v.GetDuration("event-ttl"),
 				AdvertiseURL:       v.GetString("advertise-url"),
 				RunLoops:           true,
 				Loops:              hubLoops,
@@ -104,6 +106,7 @@ func newServe() *cobra.Command {
 	f.StringSlice("allow-tags", nil, "repositories (globs: registry.local:5000/dev/*) whose images may be referenced by tag; every other image must be pinned by digest")
 	f.String("log-level", "info", "debug, info, warn or error")
 	f.String("pod-security-default", validation.PodSecurityBaseline, "Pod Security Standards level (privileged, baseline, restricted) of namespaces without the pod-security.kubernetes.io/enforce label; flotilla-system is privileged")
+	f.Duration("event-ttl", apiserver.DefaultEventTTL, "how long Events are kept after they last happened (kube-apiserver's --event-ttl)")
 	f.Duration("node-cert-ttl", join.DefaultNodeCertTTL, "lifetime of the certificates devices get at join and renewal (they renew online at 70%; one that expired while offline still renews if its key is the one its Node records)")
 	f.String("store", hub.StoreBolt, "where objects are kept: bbolt (DATA_DIR/state.db, one hub) or etcd (--etcd-endpoints)")
 	f.StringSlice("etcd-endpoints", nil, "client URLs of the etcd members (with --store etcd): https://10.0.0.1:2379,...")

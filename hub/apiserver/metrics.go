@@ -11,6 +11,7 @@ type metrics struct {
 	watchersDropped prometheus.Counter
 	cacheRevision   prometheus.GaugeFunc
 	watchEvents     prometheus.Counter
+	eventsExpired   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, c func() *watchCache) *metrics {
@@ -32,6 +33,10 @@ func newMetrics(reg prometheus.Registerer, c func() *watchCache) *metrics {
 			Name: "flotilla_apiserver_watch_events_sent_total",
 			Help: "Watch events written to clients.",
 		}),
+		eventsExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flotilla_apiserver_events_expired_total",
+			Help: "Events deleted for being older than the event TTL or past their object's share.",
+		}),
 	}
 	m.watchers = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "flotilla_apiserver_watchers",
@@ -42,7 +47,7 @@ func newMetrics(reg prometheus.Registerer, c func() *watchCache) *metrics {
 		Help: "The store revision the watch cache has reached.",
 	}, func() float64 { return float64(c().revision()) })
 	if reg != nil {
-		reg.MustRegister(m.requests, m.latency, m.watchers, m.watchersDropped, m.cacheRevision, m.watchEvents)
+		reg.MustRegister(m.requests, m.latency, m.watchers, m.watchersDropped, m.cacheRevision, m.watchEvents, m.eventsExpired)
 	}
 	return m
 }

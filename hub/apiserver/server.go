@@ -64,6 +64,12 @@ type Config struct {
 	// PodSecurity is the pod policy (Pod Security Standards by namespace,
 	// see podsecurity.go); validation.DefaultPodSecurity() when nil.
 	PodSecurity *validation.PodSecurity
+	// EventTTL is how long after it last happened an Event is deleted
+	// (kube-apiserver's --event-ttl); MaxEventBytesPerObject bounds the
+	// Events about one object, the oldest going first. 0 means the
+	// defaults (1 h, 256 KiB), negative means no limit.
+	EventTTL               time.Duration
+	MaxEventBytesPerObject int
 }
 
 // Server is the hub's API server.
@@ -148,6 +154,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	close(s.ready)
 	go s.runNamespaceFinalizer(ctx)
+	go s.runEventExpiry(ctx)
 	go s.recordUnreadable(ctx)
 	s.log.Info("api server ready", "revision", s.cache.revision())
 	select {

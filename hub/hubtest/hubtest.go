@@ -59,6 +59,9 @@ type Options struct {
 	Log *slog.Logger
 	// Limits of the API (defaults when zero).
 	Limits apiserver.Limits
+	// EventTTL and MaxEventBytesPerObject: see hub.Config.
+	EventTTL               time.Duration
+	MaxEventBytesPerObject int
 	// RestrictDefaultNamespace leaves the namespace default under the
 	// hub's pod policy (baseline). Otherwise hubtest labels it
 	// pod-security.kubernetes.io/enforce=privileged, as a fleet whose
@@ -90,7 +93,7 @@ func Start(t testing.TB, opts ...Options) *Hub {
 	h, err := hub.New(hub.Config{
 		DataDir: o.DataDir, Listen: o.Listen, RunLoops: len(o.Loops) > 0, Loops: o.Loops,
 		AllowTagImages: o.AllowTagImages, Images: o.Images, Log: o.Log, Store: o.Store, Etcd: o.Etcd,
-		Limits: o.Limits,
+		Limits: o.Limits, EventTTL: o.EventTTL, MaxEventBytesPerObject: o.MaxEventBytesPerObject,
 	})
 	if err != nil {
 		t.Fatalf("starting a hub: %v", err)
