@@ -150,7 +150,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg ContainerConfig) (*Co
 	} {
 		labels[k] = v
 	}
-	opts := append([]oci.SpecOpts{oci.WithImageConfig(img)}, specOpts(cfg, "/"+r.cfg.Namespace+"/"+id)...)
+	opts := append([]oci.SpecOpts{withImageConfig(imgSpec.Config)}, specOpts(cfg, "/"+r.cfg.Namespace+"/"+id)...)
 	c, err := r.client.NewContainer(ctx, id,
 		containerd.WithImage(img),
 		containerd.WithSnapshotter(r.cfg.Snapshotter),
