@@ -48,6 +48,8 @@ func validateConfig(run *cobra.Command, file string) error {
 	}
 	var errs []error
 	errs = append(errs, configcheck.LogLevel(v.GetString("log-level")))
+	_, err = parseMemoryLimit(v.GetString("memory-limit"))
+	errs = append(errs, err)
 	cfg, err := agentConfig(v)
 	errs = append(errs, err)
 	// agentConfig returns the configuration it made even when the

@@ -67,6 +67,7 @@ func TestConfigCheckRefuses(t *testing.T) {
 		"bad values": {"node-name: Kiosk_1\nnode-ip: 1.2.3\ndata-dir: relative\nlog-level: loud\nmax-pods: -1\n",
 			[]string{":1: node-name: node name", ":2: node-ip:", "not an IP address", `:3: data-dir: "relative" must be an absolute path`, `:4: log-level: "loud"`, ":5: max-pods:"}},
 		"hub without credentials": {"hub: https://hub.example:6443\n", []string{":1: hub: no hub credentials"}},
+		"memory limit":            {"memory-limit: 64MB\n", []string{`:1: memory-limit: "64MB": want a size such as 64MiB`}},
 		"bad labels":              {"labels: {\"bad key!\": x}\n", []string{":1: labels:"}},
 		"not yaml":                {"node-name: [\n", []string{":1:", "not valid YAML"}},
 		"not a map":               {"- a\n- b\n", []string{"it must be a mapping"}},

@@ -114,6 +114,7 @@ also be a map, and registries configures registry hosts:
 	f.String("server-listen", server.DefaultListen, "HTTPS address of the agent server (logs for the hub)")
 	f.Int("max-pods", node.DefaultMaxPods, "pods this device runs at most")
 	f.String("log-level", "info", "debug, info, warn or error")
+	f.String("memory-limit", DefaultMemoryLimit, "soft limit of the agent's Go memory (as GOMEMLIMIT: 64MiB, 1GiB), past which it collects garbage harder; off for the Go runtime's own (GOMEMLIMIT)")
 	f.String("manifests-dir", static.DefaultDir, "directory of static pods (*.yaml): they run with or without a hub")
 	f.String("trust-dir", agent.DefaultTrustDir, "directory of cosign public keys (*.pub): when it holds any, every image must be signed by one of them")
 	// registries is a config-file key only (a map); declared so that the
@@ -137,6 +138,9 @@ func runAgent(cmd *cobra.Command) error {
 	}
 	cfg, err := agentConfig(v)
 	if err != nil {
+		return err
+	}
+	if err := applyMemoryLimit(v.GetString("memory-limit")); err != nil {
 		return err
 	}
 	log := newLogger(v.GetString("log-level"))
