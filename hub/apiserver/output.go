@@ -102,12 +102,17 @@ func partialMetadata(res *api.Resource, obj runtime.Object) *metav1.PartialObjec
 	return pm
 }
 
-func (s *Server) writeList(w http.ResponseWriter, r *http.Request, res *api.Resource, objs []*cachedObject, rev int64) error {
+func (s *Server) writeList(w http.ResponseWriter, r *http.Request, res *api.Resource, p listPage) error {
 	out, err := negotiate(r)
 	if err != nil {
 		return err
 	}
-	rv := strconv.FormatInt(rev, 10)
+	objs := p.objs
+	rv := strconv.FormatInt(p.rev, 10)
+	var remaining *int64
+	if p.next != "" {
+		remaining = &p.remaining
+	}
 	switch out {
 	case outputTable:
 		list := res.NewList()
@@ -120,6 +125,8 @@ func (s *Server) writeList(w http.ResponseWriter, r *http.Request, res *api.Reso
 		}
 		lm, _ := meta.ListAccessor(list)
 		lm.SetResourceVersion(rv)
+		lm.SetContinue(p.next)
+		lm.SetRemainingItemCount(remaining)
 		t, err := printers.Table(list, tableOptions(r))
 		if err != nil {
 			return apierrors.NewInternalError(err)
@@ -127,7 +134,7 @@ func (s *Server) writeList(w http.ResponseWriter, r *http.Request, res *api.Reso
 		writeJSON(w, http.StatusOK, t)
 	case outputMetadata:
 		pl := &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadataList"}}
-		pl.ResourceVersion = rv
+		pl.ResourceVersion, pl.Continue, pl.RemainingItemCount = rv, p.next, remaining
 		for _, co := range objs {
 			pl.Items = append(pl.Items, *partialMetadata(res, co.obj))
 		}
@@ -142,7 +149,10 @@ func (s *Server) writeList(w http.ResponseWriter, r *http.Request, res *api.Reso
 		b.Grow(size)
 		head, _ := json.Marshal(map[string]any{"kind": res.ListKind, "apiVersion": res.GVR.GroupVersion().String()})
 		b.Write(head[:len(head)-1])
-		b.WriteString(`,"metadata":{"resourceVersion":"` + rv + `"},"items":[`)
+		lm, _ := json.Marshal(metav1.ListMeta{ResourceVersion: rv, Continue: p.next, RemainingItemCount: remaining})
+		b.WriteString(`,"metadata":`)
+		b.Write(lm)
+		b.WriteString(`,"items":[`)
 		for i, co := range objs {
 			if i > 0 {
 				b.WriteByte(',')

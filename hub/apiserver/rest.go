@@ -138,6 +138,30 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, ri *requestI
 		return err
 	}
 	q := r.URL.Query()
+	limit, err := parseLimit(r)
+	if err != nil {
+		return err
+	}
+	if c := q.Get("continue"); c != "" {
+		if rv := q.Get("resourceVersion"); rv != "" {
+			return badRequest("specifying resourceVersion (%q) is not allowed when using continue: the token carries the list's", rv)
+		}
+		tok, err := decodeContinue(c)
+		if err != nil {
+			return err
+		}
+		if tok.RV > 0 {
+			// A token from another hub of the fleet, ahead of this one.
+			if err := s.waitForResourceVersion(r.Context(), tok.RV); err != nil {
+				return err
+			}
+		}
+		objs, rev, err := s.continueList(ri.Resource, f, tok)
+		if err != nil {
+			return err
+		}
+		return s.writeList(w, r, ri.Resource, page(objs, rev, limit))
+	}
 	// resourceVersion "0" means any state is acceptable; otherwise the
 	// list must include every write acknowledged so far (or, for an exact
 	// revision, at least that one).
@@ -157,7 +181,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, ri *requestI
 		}
 	}
 	objs, rev := s.cache.list(ri.Resource, f)
-	return s.writeList(w, r, ri.Resource, objs, rev)
+	return s.writeList(w, r, ri.Resource, page(objs, rev, limit))
 }
 
 // readObject decodes the object a create or update sends, under the
@@ -300,7 +324,7 @@ func (s *Server) handleDeleteCollection(w http.ResponseWriter, r *http.Request, 
 		}
 		deleted = append(deleted, co)
 	}
-	return s.writeList(w, r, ri.Resource, deleted, s.cache.revision())
+	return s.writeList(w, r, ri.Resource, listPage{objs: deleted, rev: s.cache.revision()})
 }
 
 func deleteOptions(r *http.Request) (*metav1.DeleteOptions, error) {
