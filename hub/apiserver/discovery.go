@@ -37,7 +37,7 @@ func (s *Server) serveDiscovery(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	case path == "/apis":
 		list := &metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}}
-		for _, gv := range api.GroupVersions() {
+		for _, gv := range servedGroupVersions() {
 			if gv.Group == "" {
 				continue
 			}
@@ -50,7 +50,7 @@ func (s *Server) serveDiscovery(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	case strings.HasPrefix(path, "/apis/"):
 		parts := strings.Split(strings.TrimPrefix(path, "/apis/"), "/")
-		for _, gv := range api.GroupVersions() {
+		for _, gv := range servedGroupVersions() {
 			if gv.Group == "" || parts[0] != gv.Group {
 				continue
 			}
@@ -67,6 +67,12 @@ func (s *Server) serveDiscovery(w http.ResponseWriter, r *http.Request) bool {
 		}
 	}
 	return false
+}
+
+// servedGroupVersions are the stored resources' group-versions and the
+// self reviews'.
+func servedGroupVersions() []schema.GroupVersion {
+	return append(api.GroupVersions(), selfReviewGroups()...)
 }
 
 func versionInfo() *version.Info {
@@ -95,6 +101,7 @@ var (
 
 func resourceList(gv schema.GroupVersion) *metav1.APIResourceList {
 	list := &metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: gv.String()}
+	list.APIResources = append(list.APIResources, selfReviewResources(gv)...)
 	for _, r := range api.Resources() {
 		if r.GVR.GroupVersion() != gv {
 			continue

@@ -24,6 +24,10 @@ type requestInfo struct {
 // paths that are not resource requests (discovery, health, ...); err is a
 // StatusError for resource paths that are malformed or not served.
 func parseRequest(r *http.Request) (ri requestInfo, ok bool, err error) {
+	if IsSelfReviewPath(r.URL.Path) {
+		// Created, never stored: served beside discovery.
+		return ri, false, nil
+	}
 	p := strings.Trim(r.URL.Path, "/")
 	parts := strings.Split(p, "/")
 	var gv schema.GroupVersion

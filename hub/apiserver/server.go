@@ -335,7 +335,7 @@ func (s *Server) serveNonResource(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if s.serveDiscovery(w, r) {
+	if s.serveDiscovery(w, r) || s.serveSelfReview(w, r) {
 		return
 	}
 	s.writeError(w, r, notFoundPath(r), nil)
