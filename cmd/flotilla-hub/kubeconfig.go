@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
 
 	"flotilla.dev/flotilla/api/agentapi"
 	"flotilla.dev/flotilla/hub/auth"
@@ -52,11 +51,7 @@ Node (kubectl delete node NAME); they join again with a new token.`,
 			if strings.HasPrefix(user, "system:") {
 				return fmt.Errorf("--user %s: names starting with system: are not people's; the hub issues none to revoke", user)
 			}
-			cfg, err := af.config()
-			if err != nil {
-				return err
-			}
-			cs, err := kubernetes.NewForConfig(cfg)
+			cfg, cs, err := af.client()
 			if err != nil {
 				return err
 			}
@@ -86,11 +81,7 @@ func newKubeconfigRevokeList() *cobra.Command {
 		Short: "List revoked users and devices",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := af.config()
-			if err != nil {
-				return err
-			}
-			cs, err := kubernetes.NewForConfig(cfg)
+			cfg, cs, err := af.client()
 			if err != nil {
 				return err
 			}
@@ -140,7 +131,7 @@ everything except Secrets).`,
 			if out == "" {
 				out = user + ".kubeconfig"
 			}
-			cfg, err := af.config()
+			cfg, cs, err := af.client()
 			if err != nil {
 				return err
 			}
@@ -152,10 +143,6 @@ everything except Secrets).`,
 				return err
 			}
 			body, err := json.Marshal(join.UserRequest{User: user, Role: role, CSR: string(csrPEM), TTL: ttl.String()})
-			if err != nil {
-				return err
-			}
-			cs, err := kubernetes.NewForConfig(cfg)
 			if err != nil {
 				return err
 			}

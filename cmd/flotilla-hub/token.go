@@ -54,6 +54,19 @@ func (f *adminFlags) config() (*rest.Config, error) {
 	return cfg, nil
 }
 
+// client is the admin kubeconfig's config and a clientset on it.
+func (f *adminFlags) client() (*rest.Config, kubernetes.Interface, error) {
+	cfg, err := f.config()
+	if err != nil {
+		return nil, nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("a client for %s: %w", cfg.Host, err)
+	}
+	return cfg, cs, nil
+}
+
 func caHashOf(cfg *rest.Config) (string, error) {
 	block, _ := pem.Decode(cfg.CAData)
 	if block == nil {
@@ -106,15 +119,11 @@ Only a hash of the token's secret is stored on the hub.`,
 			if err != nil {
 				return fmt.Errorf("--labels: %w", err)
 			}
-			cfg, err := af.config()
+			cfg, cs, err := af.client()
 			if err != nil {
 				return err
 			}
 			hash, err := caHashOf(cfg)
-			if err != nil {
-				return err
-			}
-			cs, err := kubernetes.NewForConfig(cfg)
 			if err != nil {
 				return err
 			}
@@ -166,11 +175,7 @@ func newTokenList() *cobra.Command {
 		Short: "List join tokens (ids only; secrets are not stored)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := af.config()
-			if err != nil {
-				return err
-			}
-			cs, err := kubernetes.NewForConfig(cfg)
+			_, cs, err := af.client()
 			if err != nil {
 				return err
 			}
@@ -212,11 +217,7 @@ func newTokenDelete() *cobra.Command {
 		Short: "Delete a join token (devices that joined with it keep their identity)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := af.config()
-			if err != nil {
-				return err
-			}
-			cs, err := kubernetes.NewForConfig(cfg)
+			_, cs, err := af.client()
 			if err != nil {
 				return err
 			}
