@@ -80,7 +80,11 @@ func parseNM(r io.Reader) (map[string]int64, error) {
 // SymbolPackage returns the import path of the package a Go symbol
 // belongs to, or "" for the runtime's own tables ("go:func.*").
 func SymbolPackage(sym string) string {
-	for _, p := range []string{"type:", "go:itab.", "go:info.", "*"} {
+	if itab, ok := strings.CutPrefix(sym, "go:itab."); ok {
+		// "go:itab.T,I": the concrete type's package owns it.
+		sym, _, _ = strings.Cut(itab, ",")
+	}
+	for _, p := range []string{"type:", "go:info.", "*"} {
 		sym = strings.TrimPrefix(sym, p)
 	}
 	if strings.HasPrefix(sym, "go:") || sym == "" {
@@ -149,9 +153,10 @@ func sorted(m map[string]int64) []Package {
 
 // OnlyThrough returns the packages of mainPkg's build that are imported
 // only through via (via included): what the binary would not link
-// without via. dir is the module directory go list runs in.
+// without via, built with the release's tags. dir is the module
+// directory go list runs in.
 func OnlyThrough(ctx context.Context, dir, mainPkg, via string) (map[string]bool, error) {
-	cmd := exec.CommandContext(ctx, "go", "list", "-deps", "-json=ImportPath,Imports", mainPkg)
+	cmd := exec.CommandContext(ctx, "go", "list", "-deps", "-tags", buildtags.Tags, "-json=ImportPath,Imports", mainPkg)
 	cmd.Dir = dir
 	out, err := cmd.Output()
 	if err != nil {

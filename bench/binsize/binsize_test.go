@@ -17,8 +17,9 @@ func TestSymbolPackage(t *testing.T) {
 		"github.com/sigstore/sigstore/pkg/signature.(*ECDSAVerifier).VerifySignature": "github.com/sigstore/sigstore/pkg/signature",
 		"type:*k8s.io/api/core/v1.Pod":    "k8s.io/api/core/v1",
 		"go:itab.*bytes.Buffer,io.Reader": "bytes",
-		"runtime.mallocgc":                "runtime",
-		"go:func.*":                       "",
+		"go:itab.*k8s.io/client-go/kubernetes/typed/core/v1.pods,k8s.io/client-go/kubernetes/typed/core/v1.PodInterface": "k8s.io/client-go/kubernetes/typed/core/v1",
+		"runtime.mallocgc": "runtime",
+		"go:func.*":        "",
 		"flotilla.dev/flotilla/agent/kubelet.(*Kubelet).syncPod.func1": "flotilla.dev/flotilla/agent/kubelet",
 		"slices.SortFunc[go.shape.[]string,go.shape.string]":           "slices",
 		"vendor/golang.org/x/net/http2/hpack.init":                     "vendor/golang.org/x/net/http2/hpack",
@@ -120,5 +121,29 @@ func TestLinkCost(t *testing.T) {
 	}
 	if _, _, err := LinkCost(context.Background(), dir, t.TempDir(), "package main\n\nfunc main() { undefined() }\n", ""); err == nil || !strings.Contains(err.Error(), "build without") {
 		t.Fatalf("a broken program: %v", err)
+	}
+}
+
+func TestReflectMethodPath(t *testing.T) {
+	dump := `# example.com/cmd
+_ -> _rt0_amd64_linux
+_rt0_amd64_linux -> runtime.main
+runtime.main -> main.main
+main.main -> example.com/render.Page
+example.com/render.Page -> text/template.(*Template).Execute
+text/template.(*Template).Execute -> text/template.(*state).walk
+text/template.(*state).walk -> text/template.(*state).evalField <ReflectMethod>
+main.main -> fmt.Println
+`
+	got, err := reflectMethodPath(strings.NewReader(dump))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "_rt0_amd64_linux runtime.main main.main example.com/render.Page text/template.(*Template).Execute text/template.(*state).walk text/template.(*state).evalField"
+	if strings.Join(got, " ") != want {
+		t.Errorf("path %q\nwant %q", got, want)
+	}
+	if got, err := reflectMethodPath(strings.NewReader("_ -> main.main\nmain.main -> fmt.Println\n")); got != nil || err != nil {
+		t.Errorf("without a reflect method call: %q %v", got, err)
 	}
 }

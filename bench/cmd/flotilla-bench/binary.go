@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 
 	"flotilla.dev/flotilla/bench/binsize"
@@ -112,10 +114,60 @@ func binary(ctx context.Context) ([]string, error) {
 		}
 		top = append(top, fmt.Sprintf("%s %s", strings.TrimPrefix(p.Path, module+"/"), mb(p.Bytes)))
 	}
+	var topPkgs []string
+	var groups, hub []string
+	all := map[string]bool{}
+	for p := range sizes {
+		all[p] = true
+	}
+	_, pkgs := binsize.Sum(sizes, all)
+	for _, p := range pkgs {
+		if len(topPkgs) < 10 {
+			topPkgs = append(topPkgs, fmt.Sprintf("%s %s", strings.TrimPrefix(p.Path, module+"/"), kb(p.Bytes)))
+		}
+		if g, ok := strings.CutPrefix(p.Path, "k8s.io/client-go/kubernetes/typed/"); ok && !slices.Contains(groups, g) {
+			groups = append(groups, g)
+		}
+		if p.Path == module+"/hub" || strings.HasPrefix(p.Path, module+"/hub/") {
+			hub = append(hub, strings.TrimPrefix(p.Path, module+"/"))
+		}
+	}
+	sort.Strings(groups)
+	if len(hub) == 0 {
+		hub = []string{"none"}
+	}
 	lines := []string{
 		fmt.Sprintf("%-44s %s  (code and read-only data %s; the rest is the runtime's tables)", "agent binary, linux/"+goarch(), mb(shipped), mb(attributed)),
 		fmt.Sprintf("%-44s %s", "agent binary, largest by module", strings.Join(top, ", ")),
+		fmt.Sprintf("%-44s %s", "agent binary, largest packages", strings.Join(topPkgs, ", ")),
+		fmt.Sprintf("%-44s API groups with a typed client: %s; hub packages: %s", "agent binary, what it links", strings.Join(groups, ", "), strings.Join(hub, ", ")),
 	}
+	// Every API group's types still come with client-go's scheme, which
+	// the typed clients import; and OpenTelemetry with the containerd
+	// client, which imports it unconditionally.
+	for _, via := range []struct{ pkg, name, why string }{
+		{"k8s.io/client-go/kubernetes/scheme", "agent binary, client-go's scheme", "every API group's types, registered by the typed clients' scheme"},
+		{"github.com/containerd/containerd/v2/pkg/tracing", "agent binary, OpenTelemetry", "imported by the containerd client whatever the build tags"},
+	} {
+		only, err := binsize.OnlyThrough(ctx, wd, module+"/cmd/flotilla-agent", via.pkg)
+		if err != nil {
+			return nil, err
+		}
+		total, pkgs := binsize.Sum(sizes, only)
+		lines = append(lines, fmt.Sprintf("%-44s %s of code in %d packages only it links: %s", via.name, kb(total), len(pkgs), via.why))
+	}
+	path, err := binsize.ReflectMethodPath(ctx, wd, dir, buildtags.Tags, "./cmd/flotilla-agent")
+	if err != nil {
+		return nil, err
+	}
+	dce := "on (no method is called by reflection with a name known only at run time)"
+	if path != nil {
+		if len(path) > 8 {
+			path = path[len(path)-8:]
+		}
+		dce = "OFF: every exported method is kept, because of " + strings.Join(path, " → ")
+	}
+	lines = append(lines, fmt.Sprintf("%-44s %s", "agent binary, dead method elimination", dce))
 
 	only, err := binsize.OnlyThrough(ctx, wd, module+"/cmd/flotilla-agent", module+"/registry/trust")
 	if err != nil {

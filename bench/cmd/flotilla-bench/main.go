@@ -154,6 +154,9 @@ func main() {
 			}
 		}
 	}
+	if want("agent") {
+		fmt.Printf("%-44s %s\n", "upstream kubelet, idle and with 20 pods", upstreamKubelet(ctx))
+	}
 	if want("autonomy") {
 		lines, err := autonomy(ctx)
 		report("autonomy", err)
@@ -164,6 +167,25 @@ func main() {
 	if failed {
 		os.Exit(1)
 	}
+}
+
+// upstreamKubelet says why the kubelet of the Kubernetes release that
+// matches client-go is not measured beside the agent: this machine has no
+// network but the Go module proxy, and a kubelet cannot be built from
+// there with go install (k8s.io/kubernetes replaces its staging modules),
+// so it could only come from the module cache, built by hand.
+func upstreamKubelet(ctx context.Context) string {
+	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Version}}", "k8s.io/client-go").Output()
+	if err != nil {
+		return "not measured: the client-go version is unknown (" + err.Error() + ")"
+	}
+	v := "v1." + strings.TrimPrefix(strings.TrimSpace(string(out)), "v0.")
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", "k8s.io/kubernetes@"+v)
+	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=mod")
+	if err := cmd.Run(); err != nil {
+		return fmt.Sprintf("not measured: k8s.io/kubernetes %s is not in the module cache, and this bench builds nothing that needs the network", v)
+	}
+	return fmt.Sprintf("not measured: k8s.io/kubernetes %s is in the module cache, but its kubelet builds only with a replace for each staging module, which this bench does not do", v)
 }
 
 // autonomyFigures names agent/agent's BenchmarkAutonomy metrics.
