@@ -28,7 +28,16 @@ type selfReview struct {
 
 var selfReviews = []selfReview{
 	{authorizationv1.SchemeGroupVersion.WithResource("selfsubjectaccessreviews"), "SelfSubjectAccessReview"},
+	{authorizationv1.SchemeGroupVersion.WithResource("selfsubjectrulesreviews"), "SelfSubjectRulesReview"},
 	{authenticationv1.SchemeGroupVersion.WithResource("selfsubjectreviews"), "SelfSubjectReview"},
+}
+
+// RulesLister is an Authorizer that can also list what a user may do in
+// a namespace, for SelfSubjectRulesReview (kubectl auth can-i --list).
+// incomplete says the rules leave out permissions that depend on other
+// objects (a device's pods, the Secrets they use).
+type RulesLister interface {
+	RulesFor(u *UserInfo, namespace string) (resource []authorizationv1.ResourceRule, nonResource []authorizationv1.NonResourceRule, incomplete bool)
 }
 
 func (v selfReview) path() string {
@@ -107,6 +116,24 @@ func (s *Server) selfReview(w http.ResponseWriter, r *http.Request, v selfReview
 		}
 		rev.TypeMeta = metav1.TypeMeta{Kind: v.kind, APIVersion: v.gvr.GroupVersion().String()}
 		rev.Status.UserInfo = authenticationv1.UserInfo{Username: user.Name, Groups: user.Groups}
+		writeJSON(w, http.StatusCreated, &rev)
+		return nil
+	case "SelfSubjectRulesReview":
+		var rev authorizationv1.SelfSubjectRulesReview
+		if err := json.Unmarshal(data, &rev); err != nil {
+			return badRequest("the body is not a SelfSubjectRulesReview: %v", err)
+		}
+		rev.TypeMeta = metav1.TypeMeta{Kind: v.kind, APIVersion: v.gvr.GroupVersion().String()}
+		if rl, ok := s.cfg.Authorizer.(RulesLister); ok {
+			st := &rev.Status
+			st.ResourceRules, st.NonResourceRules, st.Incomplete = rl.RulesFor(user, rev.Spec.Namespace)
+			if st.Incomplete {
+				st.EvaluationError = "some permissions depend on other objects (a device's pods, and the Secrets and ConfigMaps they use) and are not listed; ask about one action with kubectl auth can-i VERB RESOURCE/NAME"
+			}
+		} else {
+			rev.Status.Incomplete = true
+			rev.Status.EvaluationError = "this hub's authorizer cannot list its rules; ask about one action with a SelfSubjectAccessReview (kubectl auth can-i VERB RESOURCE)"
+		}
 		writeJSON(w, http.StatusCreated, &rev)
 		return nil
 	}

@@ -21,8 +21,9 @@ import (
 	"flotilla.dev/flotilla/internal/testbin"
 )
 
-// TestKubectlAuth: kubectl auth can-i and auth whoami tell an admin, a
-// viewer and a device what the hub's own authorizer decides for them.
+// TestKubectlAuth: kubectl auth can-i (also --list) and auth whoami tell
+// an admin, a viewer and a device what the hub's own authorizer decides
+// for them.
 func TestKubectlAuth(t *testing.T) {
 	kubectl := testbin.Kubectl(t)
 	h := hubtest.Start(t)
@@ -77,6 +78,19 @@ func TestKubectlAuth(t *testing.T) {
 		if code != 0 || !strings.Contains(out, tc.user) || !strings.Contains(out, tc.group) {
 			t.Errorf("%s: kubectl auth whoami = %q (exit %d), want %s in %s", tc.who, out, code, tc.user, tc.group)
 		}
+	}
+
+	// kubectl auth can-i --list: the rules as the authorizer has them.
+	if out, code := run(viewer, "auth", "can-i", "--list"); code != 0 || !strings.Contains(out, "deployments.apps") || strings.Contains(out, "secrets ") ||
+		!strings.Contains(out, "[get list watch]") {
+		t.Errorf("viewer: kubectl auth can-i --list (exit %d):\n%s", code, out)
+	}
+	if out, code := run(device, "auth", "can-i", "--list", "-n", "kube-node-lease"); code != 0 || !strings.Contains(out, "leases.coordination.k8s.io") ||
+		!strings.Contains(out, "[kiosk-1]") || !strings.Contains(out, "/join/v1/renew") {
+		t.Errorf("device: kubectl auth can-i --list -n kube-node-lease (exit %d):\n%s", code, out)
+	}
+	if out, code := run(h.KubeconfigPath(), "auth", "can-i", "--list"); code != 0 || !strings.Contains(out, "*.*") {
+		t.Errorf("admin: kubectl auth can-i --list (exit %d):\n%s", code, out)
 	}
 
 	// client-go over protobuf, with the reason the authorizer gave.
