@@ -65,9 +65,21 @@ const (
 
 // Network defaults shared by the hub's allocators and the agents.
 const (
-	ClusterCIDR   = "10.42.0.0/16"
-	ServiceCIDR   = "10.43.0.0/16"
-	NodePortMin   = 30000
-	NodePortMax   = 32767
-	MaxObjectSize = 1 << 20
+	// ClusterCIDRs are the ranges the hub cuts devices' pod CIDRs from, in
+	// order (--cluster-cidr): 10.42.0.0/16 first, the range fleets before
+	// 16,384 devices were possible used, then 10.64.0.0/10. With /24 per
+	// device that is 256 + 16,384 devices, none overlapping ServiceCIDR.
+	ClusterCIDRs = "10.42.0.0/16,10.64.0.0/10"
+	// ClusterCIDR is the pod network an agent assumes when its Node does
+	// not say (AnnotationClusterCIDRs): a hub from before the ranges were
+	// announced, which used only this one.
+	ClusterCIDR = "10.42.0.0/16"
+	// AnnotationClusterCIDRs on a Node tells its agent the fleet's pod
+	// ranges (comma-separated), which its proxy and routes treat as the
+	// pod network; the hub writes it with the pod CIDR.
+	AnnotationClusterCIDRs = "flotilla.dev/cluster-cidrs"
+	ServiceCIDR            = "10.43.0.0/16"
+	NodePortMin            = 30000
+	NodePortMax            = 32767
+	MaxObjectSize          = 1 << 20
 )

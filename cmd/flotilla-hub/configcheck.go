@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/api/validation"
 	"flotilla.dev/flotilla/hub"
@@ -50,6 +51,9 @@ func validateConfig(serve *cobra.Command, file string) error {
 	var errs []error
 	if _, err := sourcesFromFlags(v); err != nil {
 		errs = append(errs, err)
+	}
+	if _, err := api.ParseClusterCIDRs(v.GetString("cluster-cidr")); err != nil {
+		errs = append(errs, fmt.Errorf("--cluster-cidr: %w", err))
 	}
 	errs = append(errs, configcheck.LogLevel(v.GetString("log-level")))
 	switch dir := v.GetString("data-dir"); {

@@ -23,6 +23,7 @@ import (
 	"flotilla.dev/flotilla/hub"
 	"flotilla.dev/flotilla/hub/controllers/controllerutil"
 	"flotilla.dev/flotilla/hub/controllers/manager"
+	"flotilla.dev/flotilla/hub/controllers/nodelifecycle"
 )
 
 // GitOpsLeaseName is the Lease (in flotilla-system) the hub that polls
@@ -35,6 +36,10 @@ func loops(v *viper.Viper, log *slog.Logger) ([]hub.Loop, map[string]http.Handle
 	sources, err := sourcesFromFlags(v)
 	if err != nil {
 		return nil, nil, err
+	}
+	clusterCIDR := v.GetString("cluster-cidr")
+	if _, err := api.ParseClusterCIDRs(clusterCIDR); err != nil {
+		return nil, nil, fmt.Errorf("--cluster-cidr: %w", err)
 	}
 	hooks := controller.NewHooks()
 	dataDir := v.GetString("data-dir")
@@ -50,7 +55,8 @@ func loops(v *viper.Viper, log *slog.Logger) ([]hub.Loop, map[string]http.Handle
 	}
 	return []hub.Loop{
 			{Name: "controller manager", Run: func(ctx context.Context, cfg *rest.Config) error {
-				return manager.Run(ctx, cfg, manager.Options{LeaderElection: election(manager.LeaseName)})
+				return manager.Run(ctx, cfg, manager.Options{LeaderElection: election(manager.LeaseName),
+					NodeLifecycle: nodelifecycle.Config{ClusterCIDR: clusterCIDR}})
 			}},
 			{Name: "gitops", Run: func(ctx context.Context, cfg *rest.Config) error {
 				client, err := kubernetes.NewForConfig(cfg)

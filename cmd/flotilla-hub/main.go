@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
+	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/api/validation"
 	"flotilla.dev/flotilla/hub"
@@ -106,6 +107,7 @@ func newServe() *cobra.Command {
 	f.StringSlice("allow-tags", nil, "repositories (globs: registry.local:5000/dev/*) whose images may be referenced by tag; every other image must be pinned by digest")
 	f.String("log-level", "info", "debug, info, warn or error")
 	f.String("pod-security-default", validation.PodSecurityBaseline, "Pod Security Standards level (privileged, baseline, restricted) of namespaces without the pod-security.kubernetes.io/enforce label; flotilla-system is privileged")
+	f.String("cluster-cidr", api.ClusterCIDRs, "the ranges devices' pod CIDRs (/24 each) are cut from, in order, comma-separated; must not overlap "+api.ServiceCIDR+" (services); agents learn them from their Node")
 	f.Duration("event-ttl", apiserver.DefaultEventTTL, "how long Events are kept after they last happened (kube-apiserver's --event-ttl)")
 	f.Duration("node-cert-ttl", join.DefaultNodeCertTTL, "lifetime of the certificates devices get at join and renewal (they renew online at 70%; one that expired while offline still renews if its key is the one its Node records)")
 	f.String("store", hub.StoreBolt, "where objects are kept: bbolt (DATA_DIR/state.db, one hub) or etcd (--etcd-endpoints)")

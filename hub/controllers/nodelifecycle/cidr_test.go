@@ -3,7 +3,11 @@ package nodelifecycle
 import (
 	"errors"
 	"fmt"
+	"net/netip"
+	"strings"
 	"testing"
+
+	"flotilla.dev/flotilla/api"
 )
 
 func TestCIDRSetAllocatesEachSubnetOnce(t *testing.T) {
@@ -94,5 +98,42 @@ func TestNewCIDRSetRejectsBadInput(t *testing.T) {
 		if _, err := newCIDRSet(tc.cidr, tc.mask); err == nil {
 			t.Errorf("newCIDRSet(%q, %d) accepted", tc.cidr, tc.mask)
 		}
+	}
+}
+
+// TestDefaultRangesHoldTheFleet: the default ranges give 16,640 devices
+// each its own /24 — 10.42.0.0/16 first, as fleets before had them —
+// none in the service range, and then say the pool is full.
+func TestDefaultRangesHoldTheFleet(t *testing.T) {
+	s, err := newCIDRSet(api.ClusterCIDRs, 24)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := netip.MustParsePrefix(api.ServiceCIDR)
+	seen := map[netip.Prefix]bool{}
+	const fleet = 256 + 16384
+	for i := range fleet {
+		p, err := s.allocate(fmt.Sprintf("device-%05d", i))
+		if err != nil {
+			t.Fatalf("device %d: %v", i, err)
+		}
+		if seen[p] || p.Overlaps(svc) || p.Bits() != 24 {
+			t.Fatalf("device %d got %s (seen before %v, in the service range %v)", i, p, seen[p], p.Overlaps(svc))
+		}
+		seen[p] = true
+		if i < 256 && !netip.MustParsePrefix("10.42.0.0/16").Contains(p.Addr()) {
+			t.Fatalf("device %d got %s: the first 256 come from 10.42.0.0/16", i, p)
+		}
+		if j, err := s.index(p.String()); err != nil || s.prefix(j) != p {
+			t.Fatalf("%s: index %d (%v) does not map back", p, j, err)
+		}
+	}
+	if _, err := s.allocate("one-too-many"); !errors.Is(err, ErrCIDRsExhausted) || !strings.Contains(err.Error(), "--cluster-cidr") {
+		t.Errorf("past %d devices: err = %v, want ErrCIDRsExhausted naming --cluster-cidr", fleet, err)
+	}
+	// A subnet of the second range is recognized as held, and freed.
+	s.release("10.64.0.0/24", "device-00256")
+	if p, err := s.allocate("newcomer"); err != nil || p.String() != "10.64.0.0/24" {
+		t.Errorf("after a release, allocate = %v, %v; want 10.64.0.0/24", p, err)
 	}
 }

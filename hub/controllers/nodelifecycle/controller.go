@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,7 +27,8 @@ import (
 // Config holds every figure of the loop; zero fields take the defaults in
 // brackets.
 type Config struct {
-	// ClusterCIDR is the range node pod CIDRs are cut from [10.42.0.0/16].
+	// ClusterCIDR are the ranges node pod CIDRs are cut from, in order,
+	// comma-separated [api.ClusterCIDRs: 10.42.0.0/16,10.64.0.0/10].
 	ClusterCIDR string
 	// NodeCIDRMaskSize is the size of each node's pod CIDR [24].
 	NodeCIDRMaskSize int
@@ -50,7 +52,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if c.ClusterCIDR == "" {
-		c.ClusterCIDR = api.ClusterCIDR
+		c.ClusterCIDR = api.ClusterCIDRs
 	}
 	if c.NodeCIDRMaskSize == 0 {
 		c.NodeCIDRMaskSize = 24
@@ -210,6 +212,9 @@ func (c *Controller) onNode(obj any) {
 		// (spec.podCIDR cannot change), but say so loudly.
 		c.log.Warn("node pod CIDR not usable", "node", node.Name, "err", err)
 	}
+	if node.Annotations[api.AnnotationClusterCIDRs] != c.cidrs.String() {
+		c.ipam.EnqueueKey(node.Name)
+	}
 }
 
 func (c *Controller) onNodeDelete(obj any) {
@@ -241,7 +246,18 @@ func (c *Controller) reconcileCIDR(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	ranges := c.cidrs.String()
 	if node.Spec.PodCIDR != "" {
+		if node.Annotations[api.AnnotationClusterCIDRs] == ranges {
+			return nil
+		}
+		// Tell the device the fleet's pod ranges (a Node from before they
+		// were announced, or the ranges changed).
+		node = node.DeepCopy()
+		metav1.SetMetaDataAnnotation(&node.ObjectMeta, api.AnnotationClusterCIDRs, ranges)
+		if _, err := c.client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("node %s: announcing the cluster CIDRs: %w", name, err)
+		}
 		return nil
 	}
 	c.cidrMu.Lock()
@@ -249,12 +265,17 @@ func (c *Controller) reconcileCIDR(ctx context.Context, name string) error {
 	c.cidrMu.Unlock()
 	if err != nil {
 		c.recorder.Eventf(node, corev1.EventTypeWarning, "CIDRNotAvailable", "Node %s status is now: CIDRNotAvailable (%v)", name, err)
+		if cerr := c.setNetworkUnavailable(ctx, node, err); cerr != nil {
+			c.log.Warn("writing the NetworkUnavailable condition", "node", name, "err", cerr)
+		}
 		return fmt.Errorf("node %s: %w", name, err)
 	}
 	node = node.DeepCopy()
 	node.Spec.PodCIDR = p.String()
 	node.Spec.PodCIDRs = []string{p.String()}
-	if _, err := c.client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+	metav1.SetMetaDataAnnotation(&node.ObjectMeta, api.AnnotationClusterCIDRs, ranges)
+	updated, err := c.client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+	if err != nil {
 		c.cidrMu.Lock()
 		c.cidrs.release(p.String(), name)
 		c.cidrMu.Unlock()
@@ -265,7 +286,45 @@ func (c *Controller) reconcileCIDR(ctx context.Context, name string) error {
 	}
 	c.log.Info("pod CIDR assigned", "node", name, "podCIDR", p.String())
 	c.recorder.Eventf(node, corev1.EventTypeNormal, "CIDRAssignmentSucceeded", "Node %s was given pod CIDR %s", name, p)
+	if cerr := c.setNetworkUnavailable(ctx, updated, nil); cerr != nil {
+		c.log.Warn("clearing the NetworkUnavailable condition", "node", name, "err", cerr)
+	}
 	return nil
+}
+
+// setNetworkUnavailable records on the Node why it has no pod network
+// (cause, a full pool), or that it has one again (cause nil, only where
+// the condition was set): a device waiting for a pod CIDR says so in
+// kubectl describe node, not only in an Event that expires.
+func (c *Controller) setNetworkUnavailable(ctx context.Context, node *corev1.Node, cause error) error {
+	cond := corev1.NodeCondition{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse, Reason: "CIDRAssigned",
+		Message: "the node has a pod CIDR: " + node.Spec.PodCIDR}
+	if cause != nil {
+		cond.Status, cond.Reason, cond.Message = corev1.ConditionTrue, "CIDRNotAvailable", cause.Error()
+	}
+	i := slices.IndexFunc(node.Status.Conditions, func(x corev1.NodeCondition) bool { return x.Type == cond.Type })
+	if i < 0 && cause == nil {
+		return nil
+	}
+	if i >= 0 && node.Status.Conditions[i].Status == cond.Status && node.Status.Conditions[i].Message == cond.Message {
+		return nil
+	}
+	node = node.DeepCopy()
+	now := metav1.NewTime(c.clock.Now())
+	cond.LastHeartbeatTime, cond.LastTransitionTime = now, now
+	if i >= 0 {
+		if node.Status.Conditions[i].Status == cond.Status {
+			cond.LastTransitionTime = node.Status.Conditions[i].LastTransitionTime
+		}
+		node.Status.Conditions[i] = cond
+	} else {
+		node.Status.Conditions = append(node.Status.Conditions, cond)
+	}
+	_, err := c.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 var errPass = errors.New("some nodes or pods could not be updated")

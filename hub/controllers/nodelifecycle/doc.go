@@ -2,7 +2,11 @@
 // their pod CIDR and their health.
 //
 // Pod CIDRs: every Node without spec.podCIDR gets the next free /24 of
-// 10.42.0.0/16 (both configurable) in spec.podCIDR and spec.podCIDRs. The
+// the cluster ranges, in order (10.42.0.0/16, then 10.64.0.0/10: 16,640
+// devices; both configurable) in spec.podCIDR and spec.podCIDRs, and the
+// ranges in the annotation api.AnnotationClusterCIDRs, from which its
+// agent knows the pod network. A full pool is a CIDRNotAvailable Event and
+// a NetworkUnavailable condition on the Node. The
 // set of taken subnets is rebuilt from the Nodes themselves when the loop
 // starts, so a restart never hands one out twice; a deleted Node's subnet
 // is reused only after every other free one.

@@ -3,9 +3,11 @@ package nodelifecycle
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"flotilla.dev/flotilla/api"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -179,5 +181,71 @@ func TestRunMonitorsOnItsTicker(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal("quiet node never marked Unknown by the running loop")
+	}
+}
+
+// TestFullPoolIsOnTheNode: a device that gets no pod CIDR shows why in a
+// NetworkUnavailable condition, which clears when it gets one; every Node
+// with a pod CIDR carries the fleet's ranges for its agent.
+func TestFullPoolIsOnTheNode(t *testing.T) {
+	client := fake.NewSimpleClientset(bareNode("a", ""), bareNode("b", ""))
+	runController(t, client, Config{ClusterCIDR: "10.99.0.0/24", NodeCIDRMaskSize: 24})
+	var full, held string
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		for _, name := range []string{"a", "b"} {
+			n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			if n.Spec.PodCIDR != "" {
+				held = name
+				if n.Annotations[api.AnnotationClusterCIDRs] != "10.99.0.0/24" {
+					return false, nil
+				}
+				continue
+			}
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeNetworkUnavailable && c.Status == corev1.ConditionTrue && c.Reason == "CIDRNotAvailable" &&
+					strings.Contains(c.Message, "10.99.0.0/24") {
+					full = name
+				}
+			}
+		}
+		return full != "" && held != "", nil
+	})
+	if err != nil {
+		t.Fatalf("one node should hold the only /24 with the ranges annotated (%q), the other say NetworkUnavailable (%q)", held, full)
+	}
+	if err := client.CoreV1().Nodes().Delete(context.Background(), held, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, full, metav1.GetOptions{})
+		if err != nil || n.Spec.PodCIDR == "" {
+			return false, err
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeNetworkUnavailable {
+				return c.Status == corev1.ConditionFalse, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("node %s got the freed /24 but its NetworkUnavailable condition was not cleared", full)
+	}
+}
+
+// TestOlderNodesLearnTheRanges: a Node given its pod CIDR before the hub
+// announced the ranges gets the annotation, and keeps its CIDR.
+func TestOlderNodesLearnTheRanges(t *testing.T) {
+	client := fake.NewSimpleClientset(bareNode("old", "10.42.7.0/24"))
+	runController(t, client, Config{})
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, "old", metav1.GetOptions{})
+		return err == nil && n.Annotations[api.AnnotationClusterCIDRs] == api.ClusterCIDRs && n.Spec.PodCIDR == "10.42.7.0/24", err
+	})
+	if err != nil {
+		t.Fatalf("the older Node was not told the ranges, or lost its CIDR: %v", err)
 	}
 }
