@@ -27,7 +27,7 @@ func benchObjects(n int) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
 // model, rules and the diff against what was written.
 func BenchmarkRender(b *testing.B) {
 	svcs, sls := benchObjects(5000)
-	r := renderer{clusterCIDR: "10.42.0.0/16"}
+	r := renderer{clusterCIDRs: []string{"10.42.0.0/16"}}
 	first := r.render(buildModel("a", svcs, sls))
 	have := written{}
 	prev := map[string]*portRules{}

@@ -15,7 +15,9 @@
 // needs source NAT (from outside the pod network, NodePort traffic, a pod
 // reaching itself through its own service) is marked by
 // FLOTILLA-MARK-MASQ and masqueraded in FLOTILLA-POSTROUTING (jumped to from
-// POSTROUTING). NodePorts with externalTrafficPolicy Local go to a
+// POSTROUTING); a ClusterIP's traffic is marked only when it comes from
+// outside the pod network, which FLOTILLA-MASQ-OUTSIDE decides (one RETURN
+// per pod range: the network may be several, as the hub announces them). NodePorts with externalTrafficPolicy Local go to a
 // FLOTILLA-XLB-<hash> chain that only picks endpoints on this node.
 //
 // In the filter table FLOTILLA-SERVICES (OUTPUT and FORWARD) and

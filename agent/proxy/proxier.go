@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
@@ -105,6 +107,10 @@ type Proxier struct {
 
 	mu      sync.Mutex
 	running bool
+	// defaultCIDRs are Config.ClusterCIDR's, for a Node that announces
+	// none; nodes reads this device's Node for the ones it announces.
+	defaultCIDRs []string
+	nodes        corelisters.NodeLister
 }
 
 // New checks cfg and registers the informers; Run does the work.
@@ -115,11 +121,10 @@ func New(cfg Config) (*Proxier, error) {
 	if cfg.ClusterCIDR == "" {
 		cfg.ClusterCIDR = api.ClusterCIDR
 	}
-	pfx, err := netip.ParsePrefix(cfg.ClusterCIDR)
-	if err != nil || !pfx.Addr().Is4() {
-		return nil, fmt.Errorf("%w: ClusterCIDR %q is not an IPv4 CIDR (e.g. %s)", ErrConfig, cfg.ClusterCIDR, api.ClusterCIDR)
+	cidrs, err := parseCIDRs(cfg.ClusterCIDR)
+	if err != nil {
+		return nil, err
 	}
-	cfg.ClusterCIDR = pfx.Masked().String()
 	if cfg.NodeIP != "" {
 		if _, err := netip.ParseAddr(cfg.NodeIP); err != nil {
 			return nil, fmt.Errorf("%w: NodeIP %q is not an IP address", ErrConfig, cfg.NodeIP)
@@ -144,7 +149,7 @@ func New(cfg Config) (*Proxier, error) {
 		cfg.Log = slog.Default()
 	}
 	p := &Proxier{cfg: cfg, log: cfg.Log.With("component", "proxy"), factory: cfg.Informers,
-		render: renderer{clusterCIDR: cfg.ClusterCIDR}}
+		render: renderer{clusterCIDRs: cidrs}, defaultCIDRs: cidrs}
 	p.syncs.MinInterval = cfg.MinSyncInterval
 	p.syncs.Resync = cfg.FullResyncInterval
 	p.syncs.RetryMin, p.syncs.RetryMax = time.Second, 30*time.Second
@@ -167,8 +172,55 @@ func New(cfg Config) (*Proxier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy: watch endpointslices: %w", err)
 	}
-	p.hasSynced = []cache.InformerSynced{r1.HasSynced, r2.HasSynced}
+	// This device's Node says what the pod network is.
+	nodeInf := cfg.Informers.Nodes()
+	p.nodes = nodeInf.Lister
+	r3, err := nodeInf.Informer.AddEventHandler(cache.FilteringResourceEventHandler{
+		FilterFunc: func(obj any) bool {
+			n, ok := obj.(*corev1.Node)
+			return ok && n.Name == cfg.NodeName
+		},
+		Handler: h,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("proxy: watch nodes: %w", err)
+	}
+	p.hasSynced = []cache.InformerSynced{r1.HasSynced, r2.HasSynced, r3.HasSynced}
 	return p, nil
+}
+
+// clusterCIDRs is the pod network: as the hub announces it on this
+// device's Node, or as configured when it does not.
+func (p *Proxier) clusterCIDRs() []string {
+	node, err := p.nodes.Get(p.cfg.NodeName)
+	if err != nil {
+		return p.defaultCIDRs
+	}
+	ranges, err := api.NodeClusterCIDRs(node)
+	if err != nil {
+		p.log.Warn("the Node's cluster CIDRs are unreadable; keeping the pod network as it is", "err", err)
+		return p.render.clusterCIDRs
+	}
+	if ranges == nil {
+		return p.defaultCIDRs
+	}
+	out := make([]string, len(ranges))
+	for i, r := range ranges {
+		out[i] = r.String()
+	}
+	return out
+}
+
+func parseCIDRs(list string) ([]string, error) {
+	ranges, err := api.ParseClusterCIDRs(list)
+	if err != nil {
+		return nil, fmt.Errorf("%w: ClusterCIDR: %w", ErrConfig, err)
+	}
+	out := make([]string, len(ranges))
+	for i, r := range ranges {
+		out[i] = r.String()
+	}
+	return out, nil
 }
 
 // markDirty asks the loop for a sync; it never blocks, and many calls
@@ -263,6 +315,10 @@ func (p *Proxier) sync(ctx context.Context, res *SyncResult) error {
 	}
 	ports := buildModel(p.cfg.NodeName, services, slices)
 	res.ServicePorts = len(ports)
+	if c := p.clusterCIDRs(); strings.Join(c, ",") != strings.Join(p.render.clusterCIDRs, ",") {
+		p.render.clusterCIDRs, p.render.cache = c, nil
+		p.log.Info("pod network", "clusterCIDRs", c)
+	}
 	want := p.render.render(ports)
 
 	if res.Full {

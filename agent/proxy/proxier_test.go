@@ -89,7 +89,7 @@ func TestFirstSyncWritesEverythingOnce(t *testing.T) {
 	}
 	saved, _ := h.ipt.Save(context.Background(), "nat", "filter")
 	svcs, sls := fixture()
-	want := buildRules(api.ClusterCIDR, buildModel("dev-a", svcs, sls))
+	want := buildRules([]string{api.ClusterCIDR}, buildModel("dev-a", svcs, sls))
 	tables, err := parseSave(saved)
 	if err != nil {
 		t.Fatal(err)
@@ -352,5 +352,36 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		if _, err := New(c); !errors.Is(err, ErrConfig) {
 			t.Errorf("New(%+v) = %v, want ErrConfig", c, err)
 		}
+	}
+}
+
+// TestPodNetworkFromTheNode: the pod ranges the hub announces on this
+// device's Node are the pod network the rules exclude from masquerade,
+// and a change of them is followed.
+func TestPodNetworkFromTheNode(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "dev-a",
+		Annotations: map[string]string{api.AnnotationClusterCIDRs: "10.42.0.0/16,10.64.0.0/10"}}}
+	h := newHarness(t, nil, append(fixtureObjects(), node)...)
+	h.sync(true)
+	outside := func() []string { return h.ipt.tables["nat"].Rules[chainMasqOutside] }
+	want := []string{
+		`-A FLOTILLA-MASQ-OUTSIDE -s 10.42.0.0/16 -m comment --comment "pod network" -j RETURN`,
+		`-A FLOTILLA-MASQ-OUTSIDE -s 10.64.0.0/10 -m comment --comment "pod network" -j RETURN`,
+		`-A FLOTILLA-MASQ-OUTSIDE -j FLOTILLA-MARK-MASQ`,
+	}
+	if !slices.Equal(outside(), want) {
+		t.Fatalf("FLOTILLA-MASQ-OUTSIDE = %q, want %q", outside(), want)
+	}
+	node.Annotations[api.AnnotationClusterCIDRs] = "10.99.0.0/16"
+	if _, err := h.client.CoreV1().Nodes().Update(context.Background(), node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.until(func() bool {
+		n, err := h.p.nodes.Get("dev-a")
+		return err == nil && n.Annotations[api.AnnotationClusterCIDRs] == "10.99.0.0/16"
+	})
+	h.sync(false)
+	if got := outside(); len(got) != 2 || !strings.Contains(got[0], "-s 10.99.0.0/16") {
+		t.Errorf("after the ranges changed, FLOTILLA-MASQ-OUTSIDE = %q", got)
 	}
 }

@@ -15,10 +15,14 @@ const (
 	tableNAT    = "nat"
 	tableFilter = "filter"
 
-	chainServices         = "FLOTILLA-SERVICES"
-	chainNodePorts        = "FLOTILLA-NODEPORTS"
-	chainPostrouting      = "FLOTILLA-POSTROUTING"
-	chainMarkMasq         = "FLOTILLA-MARK-MASQ"
+	chainServices    = "FLOTILLA-SERVICES"
+	chainNodePorts   = "FLOTILLA-NODEPORTS"
+	chainPostrouting = "FLOTILLA-POSTROUTING"
+	chainMarkMasq    = "FLOTILLA-MARK-MASQ"
+	// chainMasqOutside marks for masquerade what does not come from the
+	// pod network (the device itself, other hosts): the pod network may
+	// be several ranges, and one rule can exclude only one.
+	chainMasqOutside      = "FLOTILLA-MASQ-OUTSIDE"
 	chainExternalServices = "FLOTILLA-EXTERNAL-SERVICES"
 	chainForward          = "FLOTILLA-FORWARD"
 
@@ -68,7 +72,7 @@ func ownedChain(table, chain string) bool {
 	switch chain {
 	case chainServices:
 		return table == tableNAT || table == tableFilter
-	case chainNodePorts, chainPostrouting, chainMarkMasq:
+	case chainNodePorts, chainPostrouting, chainMarkMasq, chainMasqOutside:
 		return table == tableNAT
 	case chainExternalServices, chainForward:
 		return table == tableFilter
@@ -84,6 +88,7 @@ func ownedChain(table, chain string) bool {
 // software's rules).
 var baseChains = []chainKey{
 	{tableNAT, chainServices}, {tableNAT, chainNodePorts}, {tableNAT, chainPostrouting}, {tableNAT, chainMarkMasq},
+	{tableNAT, chainMasqOutside},
 	{tableFilter, chainServices}, {tableFilter, chainExternalServices}, {tableFilter, chainForward},
 }
 
@@ -195,8 +200,8 @@ func isShared(k chainKey) bool {
 // (and the hashes of its chains) so that a sync after a small change only
 // renders the ports that changed.
 type renderer struct {
-	clusterCIDR string
-	cache       map[string]*portRules
+	clusterCIDRs []string
+	cache        map[string]*portRules
 }
 
 // portRules is one service port's part of the rules. A portRules is never
@@ -233,8 +238,8 @@ func (r rendered) all() ruleSet {
 }
 
 // buildRules renders the whole rule set for the service ports.
-func buildRules(clusterCIDR string, ports []*servicePort) ruleSet {
-	r := renderer{clusterCIDR: clusterCIDR}
+func buildRules(clusterCIDRs []string, ports []*servicePort) ruleSet {
+	r := renderer{clusterCIDRs: clusterCIDRs}
 	return r.render(ports).all()
 }
 
@@ -246,6 +251,10 @@ func (r *renderer) render(ports []*servicePort) rendered {
 		rs.declare(k.Table, k.Chain)
 	}
 	rs.add(tableNAT, chainMarkMasq, "-j MARK --set-xmark "+masqMark+"/"+masqMark)
+	for _, c := range r.clusterCIDRs {
+		rs.add(tableNAT, chainMasqOutside, "-s "+c+" "+comment("pod network")+" -j RETURN")
+	}
+	rs.add(tableNAT, chainMasqOutside, "-j "+chainMarkMasq)
 	rs.add(tableNAT, chainPostrouting, "-m mark ! --mark "+masqMark+"/"+masqMark+" -j RETURN")
 	// Clear the mark so that a packet that is looped back through
 	// POSTROUTING is not masqueraded twice.
@@ -260,7 +269,7 @@ func (r *renderer) render(ports []*servicePort) rendered {
 		fp := sp.fingerprint()
 		pr := r.cache[sp.key]
 		if pr == nil || pr.fp != fp {
-			pr = renderPort(r.clusterCIDR, sp)
+			pr = renderPort(r.clusterCIDRs, sp)
 			pr.key, pr.fp = sp.key, fp
 		}
 		next[sp.key] = pr
@@ -282,7 +291,7 @@ func (r *renderer) render(ports []*servicePort) rendered {
 }
 
 // renderPort renders one service port's chains and shared-chain lines.
-func renderPort(clusterCIDR string, sp *servicePort) *portRules {
+func renderPort(clusterCIDRs []string, sp *servicePort) *portRules {
 	rs := ruleSet{}
 	name := sp.String()
 	clusterIP := sp.ClusterIP + "/32"
@@ -306,13 +315,9 @@ func renderPort(clusterCIDR string, sp *servicePort) *portRules {
 	}
 	svc := svcChain(sp)
 	rs.add(tableNAT, chainServices, "-d "+clusterIP+" "+dport(sp.Protocol, comment(name+" cluster IP"), sp.Port)+" -j "+svc)
-	if clusterCIDR != "" {
-		// Off-pod-network clients (the device itself, other hosts)
-		// must see replies come from the node that translated.
-		rs.add(tableNAT, svc, "! -s "+clusterCIDR+" -d "+clusterIP+" "+dport(sp.Protocol, comment(name+" cluster IP"), sp.Port)+" -j "+chainMarkMasq)
-	} else {
-		rs.add(tableNAT, svc, "-d "+clusterIP+" "+dport(sp.Protocol, comment(name+" cluster IP"), sp.Port)+" -j "+chainMarkMasq)
-	}
+	// Off-pod-network clients (the device itself, other hosts) must see
+	// replies come from the node that translated.
+	rs.add(tableNAT, svc, "-d "+clusterIP+" "+dport(sp.Protocol, comment(name+" cluster IP"), sp.Port)+" -j "+chainMasqOutside)
 	writeBalance(rs, svc, sp, sp.Cluster)
 	for _, e := range sp.Cluster {
 		writeEndpoint(rs, sp, e)
@@ -335,9 +340,9 @@ func renderPort(clusterCIDR string, sp *servicePort) *portRules {
 	}
 	xlb := xlbChain(sp)
 	rs.add(tableNAT, chainNodePorts, dport(sp.Protocol, comment(name), sp.NodePort)+" -j "+xlb)
-	if clusterCIDR != "" {
+	for _, c := range clusterCIDRs {
 		// Pods on this device may use any endpoint.
-		rs.add(tableNAT, xlb, "-s "+clusterCIDR+" "+comment("pod traffic for "+name+" external destinations")+" -j "+svc)
+		rs.add(tableNAT, xlb, "-s "+c+" "+comment("pod traffic for "+name+" external destinations")+" -j "+svc)
 	}
 	writeBalance(rs, xlb, sp, sp.Local)
 	for _, e := range sp.Local {

@@ -55,7 +55,8 @@ func fixture() ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
 
 func TestRulesGolden(t *testing.T) {
 	svcs, slices := fixture()
-	got := buildRules("10.42.0.0/16", buildModel("dev-a", svcs, slices)).String()
+	// The default pod network: two ranges.
+	got := buildRules([]string{"10.42.0.0/16", "10.64.0.0/10"}, buildModel("dev-a", svcs, slices)).String()
 	golden := filepath.Join("testdata", "rules.golden")
 	if *update {
 		if err := os.MkdirAll("testdata", 0o755); err != nil {

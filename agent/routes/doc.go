@@ -24,7 +24,8 @@
 //   - all devices on one L2 segment; a Node whose InternalIP is not on a
 //     directly connected network gets no route (the agent logs it), and
 //     its pods are reachable from elsewhere only through NodePorts;
-//   - the pod network (10.42.0.0/16) and the service network
+//   - the pod network (the hub's --cluster-cidr ranges, announced on each
+//     Node: 10.42.0.0/16 and 10.64.0.0/10 by default) and the service network
 //     (10.43.0.0/16) unused on the site's LAN, and the devices' firewall
 //     (and the switch, if it filters) letting packets with those source
 //     addresses pass between devices;

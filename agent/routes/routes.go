@@ -61,7 +61,9 @@ type Config struct {
 	// Informers supplies Nodes; one is made from Client when nil.
 	Informers *hubclient.Informers
 	Client    hubclient.Interface
-	// ClusterCIDR is the pod network (api.ClusterCIDR when empty).
+	// ClusterCIDR is the pod network (comma-separated ranges;
+	// api.ClusterCIDR when empty) while this device's Node does not
+	// announce one (api.AnnotationClusterCIDRs).
 	ClusterCIDR string
 	// IPTables; proxy.System("") when nil.
 	IPTables IPTables
@@ -96,11 +98,11 @@ func New(cfg Config) (*Router, error) {
 	if cfg.ClusterCIDR == "" {
 		cfg.ClusterCIDR = api.ClusterCIDR
 	}
-	pfx, err := netip.ParsePrefix(cfg.ClusterCIDR)
-	if err != nil || !pfx.Addr().Is4() {
-		return nil, fmt.Errorf("%w: ClusterCIDR %q is not an IPv4 CIDR (e.g. %s)", ErrConfig, cfg.ClusterCIDR, api.ClusterCIDR)
+	ranges, err := api.ParseClusterCIDRs(cfg.ClusterCIDR)
+	if err != nil {
+		return nil, fmt.Errorf("%w: ClusterCIDR: %w", ErrConfig, err)
 	}
-	cfg.ClusterCIDR = pfx.Masked().String()
+	cfg.ClusterCIDR = api.JoinCIDRs(ranges)
 	if cfg.Informers == nil {
 		if cfg.Client == nil {
 			return nil, fmt.Errorf("%w: set Informers or Client", ErrConfig)
@@ -292,19 +294,40 @@ func (r *Router) warnUnreachable(cidr string, gw net.IP) {
 		"podCIDR", cidr, "internalIP", gw)
 }
 
-// egressRules are the contents of the two chains.
-func (r *Router) egressRules() map[[2]string][]string {
-	c := r.cfg.ClusterCIDR
-	return map[[2]string][]string{
-		{"nat", ChainEgress}: {
-			"-A " + ChainEgress + " -s " + c + " -d " + c + ` -m comment --comment "pod to pod keeps its address" -j RETURN`,
-			"-A " + ChainEgress + " -s " + c + ` -m comment --comment "pod traffic leaving the pod network" -m addrtype ! --dst-type LOCAL -j MASQUERADE --random-fully`,
-		},
-		{"filter", ChainPodForward}: {
-			"-A " + ChainPodForward + " -s " + c + ` -m comment --comment "flotilla pod network" -j ACCEPT`,
-			"-A " + ChainPodForward + " -d " + c + ` -m comment --comment "flotilla pod network" -j ACCEPT`,
-		},
+// clusterCIDRs is the pod network: as the hub announces it on this
+// device's Node, or as configured when it does not.
+func (r *Router) clusterCIDRs() []string {
+	list := r.cfg.ClusterCIDR
+	if node, err := r.nodes.Get(r.cfg.NodeName); err == nil {
+		ranges, err := api.NodeClusterCIDRs(node)
+		switch {
+		case err != nil:
+			r.log.Warn("the Node's cluster CIDRs are unreadable; using the configured ones", "err", err, "clusterCIDR", list)
+		case ranges != nil:
+			list = api.JoinCIDRs(ranges)
+		}
 	}
+	return strings.Split(list, ",")
+}
+
+// egressRules are the contents of the two chains for the pod ranges.
+func (r *Router) egressRules() map[[2]string][]string {
+	cidrs := r.clusterCIDRs()
+	var nat, filter []string
+	for _, src := range cidrs {
+		for _, dst := range cidrs {
+			nat = append(nat, "-A "+ChainEgress+" -s "+src+" -d "+dst+` -m comment --comment "pod to pod keeps its address" -j RETURN`)
+		}
+	}
+	for _, c := range cidrs {
+		nat = append(nat, "-A "+ChainEgress+" -s "+c+` -m comment --comment "pod traffic leaving the pod network" -m addrtype ! --dst-type LOCAL -j MASQUERADE --random-fully`)
+	}
+	for _, c := range cidrs {
+		filter = append(filter,
+			"-A "+ChainPodForward+" -s "+c+` -m comment --comment "flotilla pod network" -j ACCEPT`,
+			"-A "+ChainPodForward+" -d "+c+` -m comment --comment "flotilla pod network" -j ACCEPT`)
+	}
+	return map[[2]string][]string{{"nat", ChainEgress}: nat, {"filter", ChainPodForward}: filter}
 }
 
 // syncRules writes the two chains when they differ from what the kernel

@@ -12,9 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 
 	"flotilla.dev/flotilla/agent/proxy"
 	"flotilla.dev/flotilla/agent/proxy/netnstest"
+	"flotilla.dev/flotilla/api"
 )
 
 func node(name, ip, cidr string) *corev1.Node {
@@ -108,5 +110,46 @@ func TestRoutesFollowNodes(t *testing.T) {
 	}
 	if s := routes(); s != "" {
 		t.Errorf("routes left after Cleanup: %q", s)
+	}
+}
+
+// TestEgressFollowsTheAnnouncedPodNetwork: the egress rules keep pod to
+// pod traffic unmasqueraded across every range the hub announces on the
+// device's Node, and use the configured network while it announces none.
+func TestEgressFollowsTheAnnouncedPodNetwork(t *testing.T) {
+	n := node("dev-a", "192.168.77.1", "10.64.3.0/24")
+	client := fake.NewClientset(n)
+	r, err := New(Config{NodeName: "dev-a", Client: client, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), r.hasSynced) {
+		t.Fatal("nodes did not sync")
+	}
+	nat := func() string { return strings.Join(r.egressRules()[[2]string{"nat", ChainEgress}], "\n") }
+	if got := nat(); !strings.Contains(got, "-s 10.42.0.0/16 -d 10.42.0.0/16") || strings.Contains(got, "10.64.0.0/10") {
+		t.Errorf("without an announcement, the egress rules are\n%s\nwant the configured 10.42.0.0/16 only", got)
+	}
+	n.Annotations = map[string]string{api.AnnotationClusterCIDRs: api.ClusterCIDRs}
+	if _, err := client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(nat(), "-s 10.64.0.0/10 -d 10.42.0.0/16"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the announced ranges were not followed:\n%s", nat())
+		}
+	}
+	got := nat()
+	for _, want := range []string{"-s 10.42.0.0/16 -d 10.64.0.0/10", "-s 10.64.0.0/10 -d 10.64.0.0/10", "-s 10.64.0.0/10 -m comment --comment \"pod traffic leaving"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("egress rules lack %q:\n%s", want, got)
+		}
+	}
+	fwd := strings.Join(r.egressRules()[[2]string{"filter", ChainPodForward}], "\n")
+	if !strings.Contains(fwd, "-d 10.64.0.0/10") {
+		t.Errorf("forward rules lack the second range:\n%s", fwd)
 	}
 }
