@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -77,6 +79,12 @@ type GitSourceStatus struct {
 	LastAppliedCommit   string             `json:"lastAppliedCommit,omitempty"`
 	LastAppliedTime     *metav1.Time       `json:"lastAppliedTime,omitempty"`
 	Message             string             `json:"message,omitempty"`
+	// LastHandledReconcileAt is the value of the reconcile request
+	// annotation (see ReconcileRequest) that the last finished reconcile
+	// saw; it is written together with that reconcile's outcome, so a
+	// client that set the annotation knows the rest of the status answers
+	// its request once this field equals it.
+	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
 	// Inventory lists every object applied from the last applied commit; only
 	// these are ever pruned.
 	Inventory []InventoryEntry `json:"inventory,omitempty"`
@@ -127,6 +135,34 @@ type GitSourceList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []GitSource `json:"items"`
+}
+
+// Annotations that ask the hub to reconcile a GitSource now, without
+// waiting for the next poll: any new value is a new request. Flux's name
+// is accepted too, so that tools and habits made for Flux work unchanged.
+const (
+	AnnotationReconcileRequestedAt     = "flotilla.dev/reconcile-requested-at"
+	AnnotationFluxReconcileRequestedAt = "reconcile.fluxcd.io/requestedAt"
+)
+
+// ReconcileRequest is the pending reconcile request that annotations
+// carry ("" for none): the Flotilla annotation, unless only Flux's is set
+// or both are RFC 3339 times and Flux's is the later one. Writers set a
+// timestamp; the hub only compares values, so any string works.
+func ReconcileRequest(annotations map[string]string) string {
+	own, flux := annotations[AnnotationReconcileRequestedAt], annotations[AnnotationFluxReconcileRequestedAt]
+	switch {
+	case flux == "":
+		return own
+	case own == "":
+		return flux
+	}
+	to, err1 := time.Parse(time.RFC3339Nano, own)
+	tf, err2 := time.Parse(time.RFC3339Nano, flux)
+	if err1 == nil && err2 == nil && tf.After(to) {
+		return flux
+	}
+	return own
 }
 
 // Condition types and reasons of a GitSource.

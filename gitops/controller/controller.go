@@ -143,7 +143,8 @@ func (c *Controller) Run(ctx context.Context, rc *rest.Config) error {
 func (c *Controller) Trigger(ns, name string) { c.ctrl.EnqueueKey(controlloop.NameKey(ns, name)) }
 
 // specChanged ignores the loop's own status writes: they must not
-// trigger another reconcile.
+// trigger another reconcile. A new reconcile request (an annotation, which
+// leaves the generation alone) is a reason to reconcile at once.
 func specChanged(old, cur any) bool {
 	o, ok1 := old.(*unstructured.Unstructured)
 	n, ok2 := cur.(*unstructured.Unstructured)
@@ -151,7 +152,8 @@ func specChanged(old, cur any) bool {
 		return true
 	}
 	return o.GetGeneration() != n.GetGeneration() || n.GetDeletionTimestamp() != nil ||
-		fmt.Sprint(o.GetFinalizers()) != fmt.Sprint(n.GetFinalizers())
+		fmt.Sprint(o.GetFinalizers()) != fmt.Sprint(n.GetFinalizers()) ||
+		v1alpha1.ReconcileRequest(o.GetAnnotations()) != v1alpha1.ReconcileRequest(n.GetAnnotations())
 }
 
 // get reads the source from the API, not the informer's cache: the

@@ -46,6 +46,9 @@ type outcome struct {
 	err     error
 	errs    loader.Errors
 	dur     time.Duration
+	// request is the reconcile request annotation's value when the
+	// reconcile began; the status records it as handled.
+	request string
 }
 
 // stalled says whether retrying the same commit cannot succeed: the
@@ -84,7 +87,10 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	// returned error.
 	c.ctrl.EnqueueAfter(key, jitter(interval))
 
+	// The request this reconcile answers is the one it read before
+	// fetching: a later one re-queues the source and gets its own fetch.
 	o := c.sync(ctx, key, gs)
+	o.request = v1alpha1.ReconcileRequest(gs.Annotations)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -218,8 +224,11 @@ func (c *Controller) report(ctx context.Context, gs *v1alpha1.GitSource, o *outc
 	changes := o.res.Created + o.res.Updated + o.res.Pruned
 	msg := c.message(o)
 	ready := findCondition(gs.Status.Conditions, v1alpha1.ConditionReady)
+	// A client waiting on its request needs the answer written even when
+	// the poll found nothing new.
+	answered := o.request == "" || o.request == gs.Status.LastHandledReconcileAt
 	quiet := o.applied && changes == 0 && o.commit == gs.Status.LastAppliedCommit &&
-		gs.Generation == gs.Status.ObservedGeneration && ready != nil && ready.Status == metav1.ConditionTrue
+		gs.Generation == gs.Status.ObservedGeneration && ready != nil && ready.Status == metav1.ConditionTrue && answered
 	if quiet {
 		return nil
 	}
@@ -247,6 +256,9 @@ func (c *Controller) report(ctx context.Context, gs *v1alpha1.GitSource, o *outc
 			s.LastAttemptedCommit = o.commit
 		}
 		s.Message = msg
+		if o.request != "" {
+			s.LastHandledReconcileAt = o.request
+		}
 		if o.res.Inventory != nil || o.applied {
 			s.Inventory = o.res.Inventory
 		}

@@ -45,7 +45,7 @@ var fieldsByKind = map[string]map[string]string{
 	"DaemonSet":     {"spec.updateStrategy.type": "string", "status.numberReady": "integer"},
 	"Lease":         {"spec.holderIdentity": "string", "spec.leaseDurationSeconds": "integer"},
 	"EndpointSlice": {"endpoints.addresses": "array", "addressType": "string", "ports.port": "integer"},
-	"GitSource":     {"spec.url": "string", "spec.ref.branch": "string", "spec.prune": "boolean", "status.lastAppliedCommit": "string", "status.conditions.type": "string", "status.inventory.kind": "string"},
+	"GitSource":     {"spec.url": "string", "spec.ref.branch": "string", "spec.prune": "boolean", "status.lastAppliedCommit": "string", "status.lastHandledReconcileAt": "string", "status.conditions.type": "string", "status.inventory.kind": "string"},
 }
 
 func newTestServer(t *testing.T) (*Server, *httptest.Server) {

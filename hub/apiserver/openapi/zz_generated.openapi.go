@@ -727,6 +727,13 @@ func schema_flotilladev_flotilla_api_v1alpha1_GitSourceStatus(ref common.Referen
 							Format: "",
 						},
 					},
+					"lastHandledReconcileAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LastHandledReconcileAt is the value of the reconcile request annotation (see ReconcileRequest) that the last finished reconcile saw; it is written together with that reconcile's outcome, so a client that set the annotation knows the rest of the status answers its request once this field equals it.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"inventory": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Inventory lists every object applied from the last applied commit; only these are ever pruned.",
