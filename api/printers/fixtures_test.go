@@ -180,6 +180,14 @@ func fixtures() map[string]runtime.Object {
 			}()}, Status: appsv1.DaemonSetStatus{DesiredNumberScheduled: 5, CurrentNumberScheduled: 5, NumberReady: 4, UpdatedNumberScheduled: 3, NumberAvailable: 4}},
 			{ObjectMeta: objMeta("logs", 5*time.Minute), Spec: appsv1.DaemonSetSpec{Selector: sel, Template: template("shipper")}},
 		}},
+		"controllerrevisions": &appsv1.ControllerRevisionList{Items: []appsv1.ControllerRevision{
+			{ObjectMeta: func() metav1.ObjectMeta {
+				m := objMeta("agent-probe-6b7c9d", 3*24*time.Hour)
+				m.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "agent-probe", Controller: ptr(true)}}
+				return m
+			}(), Revision: 4},
+			{ObjectMeta: objMeta("orphan-1", time.Hour), Revision: 1},
+		}},
 		"services": &corev1.ServiceList{Items: []corev1.Service{
 			{ObjectMeta: objMeta("web", 26*time.Hour), Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.43.0.12", ClusterIPs: []string{"10.43.0.12"},
 				Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}, {Port: 53, Protocol: corev1.ProtocolUDP}}}},

@@ -106,6 +106,13 @@ func init() {
 		wide("Selector", "string", "The label selector of the pods."),
 	}, as(daemonSetCells))
 
+	register(appsv1.SchemeGroupVersion.WithKind("ControllerRevision"), []column{
+		nameColumn(),
+		col("Controller", "string", "The object this revision belongs to (kind/name)."),
+		col("Revision", "integer", "The revision's number: the newest is the highest."),
+		ageColumn(),
+	}, as(controllerRevisionCells))
+
 	register(corev1.SchemeGroupVersion.WithKind("Service"), []column{
 		nameColumn(),
 		col("Type", "string", "The type of the service."),
@@ -309,6 +316,23 @@ func daemonSetCells(ds *appsv1.DaemonSet, now time.Time) []any {
 		orNone(labels.FormatLabels(ds.Spec.Template.Spec.NodeSelector)), age(ds.CreationTimestamp, now),
 		names, images, selector(ds.Spec.Selector),
 	}
+}
+
+func controllerRevisionCells(r *appsv1.ControllerRevision, now time.Time) []any {
+	owner := none
+	if ref := metav1.GetControllerOfNoCopy(r); ref != nil {
+		owner = strings.ToLower(ref.Kind) + "." + groupOf(ref.APIVersion) + "/" + ref.Name
+	}
+	return []any{r.Name, owner, r.Revision, age(r.CreationTimestamp, now)}
+}
+
+// groupOf is the group of an apiVersion ("apps/v1" → "apps", "v1" → "").
+func groupOf(apiVersion string) string {
+	g, _, ok := strings.Cut(apiVersion, "/")
+	if !ok {
+		return ""
+	}
+	return g
 }
 
 func serviceCells(svc *corev1.Service, now time.Time) []any {

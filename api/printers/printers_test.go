@@ -145,19 +145,20 @@ func TestColumnsAgreeWithRows(t *testing.T) {
 
 func TestKubectlColumnNames(t *testing.T) {
 	want := map[string]string{
-		"pods":           "NAME READY STATUS RESTARTS AGE | IP NODE NOMINATED NODE READINESS GATES",
-		"nodes":          "NAME STATUS ROLES AGE VERSION | INTERNAL-IP EXTERNAL-IP OS-IMAGE KERNEL-VERSION ARCH CONTAINER-RUNTIME",
-		"deployments":    "NAME READY UP-TO-DATE AVAILABLE AGE | CONTAINERS IMAGES SELECTOR",
-		"replicasets":    "NAME DESIRED CURRENT READY AGE | CONTAINERS IMAGES SELECTOR",
-		"daemonsets":     "NAME DESIRED CURRENT READY UP-TO-DATE AVAILABLE NODE SELECTOR AGE | CONTAINERS IMAGES SELECTOR",
-		"services":       "NAME TYPE CLUSTER-IP EXTERNAL-IP PORT(S) AGE | SELECTOR",
-		"endpointslices": "NAME ADDRESSTYPE PORTS ENDPOINTS AGE |",
-		"configmaps":     "NAME DATA AGE |",
-		"secrets":        "NAME TYPE DATA AGE |",
-		"events":         "LAST SEEN TYPE REASON OBJECT MESSAGE | SUBOBJECT SOURCE FIRST SEEN COUNT NAME",
-		"leases":         "NAME HOLDER AGE |",
-		"namespaces":     "NAME STATUS AGE |",
-		"gitsources":     "NAME URL REF COMMIT READY MESSAGE AGE |",
+		"pods":                "NAME READY STATUS RESTARTS AGE | IP NODE NOMINATED NODE READINESS GATES",
+		"nodes":               "NAME STATUS ROLES AGE VERSION | INTERNAL-IP EXTERNAL-IP OS-IMAGE KERNEL-VERSION ARCH CONTAINER-RUNTIME",
+		"deployments":         "NAME READY UP-TO-DATE AVAILABLE AGE | CONTAINERS IMAGES SELECTOR",
+		"replicasets":         "NAME DESIRED CURRENT READY AGE | CONTAINERS IMAGES SELECTOR",
+		"daemonsets":          "NAME DESIRED CURRENT READY UP-TO-DATE AVAILABLE NODE SELECTOR AGE | CONTAINERS IMAGES SELECTOR",
+		"controllerrevisions": "NAME CONTROLLER REVISION AGE |",
+		"services":            "NAME TYPE CLUSTER-IP EXTERNAL-IP PORT(S) AGE | SELECTOR",
+		"endpointslices":      "NAME ADDRESSTYPE PORTS ENDPOINTS AGE |",
+		"configmaps":          "NAME DATA AGE |",
+		"secrets":             "NAME TYPE DATA AGE |",
+		"events":              "LAST SEEN TYPE REASON OBJECT MESSAGE | SUBOBJECT SOURCE FIRST SEEN COUNT NAME",
+		"leases":              "NAME HOLDER AGE |",
+		"namespaces":          "NAME STATUS AGE |",
+		"gitsources":          "NAME URL REF COMMIT READY MESSAGE AGE |",
 	}
 	for _, r := range api.Resources() {
 		var normal, wide []string

@@ -1,6 +1,9 @@
 package validation
 
 import (
+	"bytes"
+	"encoding/json"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -235,4 +238,39 @@ func validateDaemonSetStatus(s *appsv1.DaemonSetStatus) field.ErrorList {
 		errs = nonNegative(errs, p.Child("collisionCount"), int64(*s.CollisionCount))
 	}
 	return sortByField(errs)
+}
+
+// validateControllerRevision checks a ControllerRevision (old is nil on
+// create): its data, when given, is a JSON object, its revision is not
+// negative, and its data never changes (Kubernetes' rule: a revision is a
+// record of what was).
+func validateControllerRevision(r, old *appsv1.ControllerRevision) field.ErrorList {
+	var errs field.ErrorList
+	if old == nil {
+		errs = objectMeta(&r.ObjectMeta, true, nameIsDNSSubdomain)
+	}
+	errs = nonNegative(errs, field.NewPath("revision"), r.Revision)
+	if raw := r.Data.Raw; len(raw) > 0 {
+		var m map[string]any
+		if err := json.Unmarshal(raw, &m); err != nil {
+			errs = append(errs, field.Invalid(field.NewPath("data"), "<data>", "must be a JSON object: "+err.Error()))
+		}
+	}
+	if old != nil && !sameJSON(r.Data.Raw, old.Data.Raw) {
+		errs = append(errs, field.Forbidden(field.NewPath("data"), "a ControllerRevision's data is immutable; create a new revision"))
+	}
+	return errs
+}
+
+// sameJSON compares two JSON documents as values, so that a client's
+// re-encoding (other spacing, other key order) is not a change.
+func sameJSON(a, b []byte) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	var va, vb any
+	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+		return false
+	}
+	return reflect.DeepEqual(va, vb)
 }

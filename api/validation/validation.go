@@ -90,6 +90,8 @@ func ValidateCreate(obj runtime.Object, opts Options) field.ErrorList {
 		return validateReplicaSet(o, nil, opts)
 	case *appsv1.DaemonSet:
 		return validateDaemonSet(o, nil, opts)
+	case *appsv1.ControllerRevision:
+		return validateControllerRevision(o, nil)
 	case *coordinationv1.Lease:
 		return validateLease(o)
 	case *discoveryv1.EndpointSlice:
@@ -134,6 +136,8 @@ func ValidateUpdate(obj, old runtime.Object, opts Options) field.ErrorList {
 		return append(errs, validateReplicaSet(o, old.(*appsv1.ReplicaSet), opts)...)
 	case *appsv1.DaemonSet:
 		return append(errs, validateDaemonSet(o, old.(*appsv1.DaemonSet), opts)...)
+	case *appsv1.ControllerRevision:
+		return append(errs, validateControllerRevision(o, old.(*appsv1.ControllerRevision))...)
 	case *coordinationv1.Lease:
 		return append(errs, validateLeaseSpec(o)...)
 	case *discoveryv1.EndpointSlice:
@@ -171,7 +175,7 @@ func ValidateStatusUpdate(obj, old runtime.Object) field.ErrorList {
 		return append(errs, validateDaemonSetStatus(&o.Status)...)
 	case *v1alpha1.GitSource:
 		return append(errs, validateGitSourceStatus(&o.Status)...)
-	case *corev1.ConfigMap, *corev1.Secret, *corev1.Event, *coordinationv1.Lease, *discoveryv1.EndpointSlice:
+	case *corev1.ConfigMap, *corev1.Secret, *corev1.Event, *coordinationv1.Lease, *discoveryv1.EndpointSlice, *appsv1.ControllerRevision:
 		return append(errs, field.InternalError(field.NewPath("status"),
 			fmt.Errorf("%T has no status subresource", obj)))
 	}

@@ -2,6 +2,7 @@ package describe
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -64,6 +65,24 @@ func Describe(obj runtime.Object, facts *diagnose.Facts, style term.Style) (stri
 		w.meta(m)
 		describeDaemonSet(w, o)
 		diag(diagnose.DaemonSet(o, facts))
+	case *appsv1.ControllerRevision:
+		kind, m = "ControllerRevision", &o.ObjectMeta
+		w.meta(m)
+		owner := "<none>"
+		if ref := metav1.GetControllerOfNoCopy(o); ref != nil {
+			owner = ref.Kind + "/" + ref.Name
+		}
+		w.line(0, "Controlled By:\t%s", owner)
+		w.line(0, "Revision:\t%d", o.Revision)
+		// The template the revision records, when it is a workload's.
+		var data struct {
+			Spec struct {
+				Template *corev1.PodTemplateSpec `json:"template"`
+			} `json:"spec"`
+		}
+		if json.Unmarshal(o.Data.Raw, &data) == nil && data.Spec.Template != nil {
+			describeTemplate(w, data.Spec.Template)
+		}
 	case *corev1.Service:
 		kind, m = "Service", &o.ObjectMeta
 		w.meta(m)

@@ -33,19 +33,20 @@ const acceptProtoV2 = "application/com.github.proto-openapi.spec.v2@v1.0+protobu
 // does) and the type they must have. A kind added to api.Resources without
 // an entry here fails TestV2EveryServedKindResolves.
 var fieldsByKind = map[string]map[string]string{
-	"Namespace":     {"status.phase": "string", "metadata.name": "string"},
-	"Node":          {"spec.podCIDR": "string", "status.capacity": "map", "spec.taints.effect": "string"},
-	"Pod":           {"spec.containers": "array", "spec.containers.image": "string", "spec.containers.ports.containerPort": "integer", "spec.nodeName": "string", "status.phase": "string", "metadata.labels": "map"},
-	"Service":       {"spec.ports.port": "integer", "spec.clusterIP": "string", "spec.selector": "map"},
-	"ConfigMap":     {"data": "map", "immutable": "boolean"},
-	"Secret":        {"data": "map", "type": "string"},
-	"Event":         {"involvedObject.name": "string", "reason": "string", "count": "integer"},
-	"Deployment":    {"spec.replicas": "integer", "spec.template.spec.containers.image": "string", "status.readyReplicas": "integer"},
-	"ReplicaSet":    {"spec.selector.matchLabels": "map", "spec.replicas": "integer"},
-	"DaemonSet":     {"spec.updateStrategy.type": "string", "status.numberReady": "integer"},
-	"Lease":         {"spec.holderIdentity": "string", "spec.leaseDurationSeconds": "integer"},
-	"EndpointSlice": {"endpoints.addresses": "array", "addressType": "string", "ports.port": "integer"},
-	"GitSource":     {"spec.url": "string", "spec.ref.branch": "string", "spec.prune": "boolean", "status.lastAppliedCommit": "string", "status.lastHandledReconcileAt": "string", "status.conditions.type": "string", "status.inventory.kind": "string"},
+	"Namespace":          {"status.phase": "string", "metadata.name": "string"},
+	"Node":               {"spec.podCIDR": "string", "status.capacity": "map", "spec.taints.effect": "string"},
+	"Pod":                {"spec.containers": "array", "spec.containers.image": "string", "spec.containers.ports.containerPort": "integer", "spec.nodeName": "string", "status.phase": "string", "metadata.labels": "map"},
+	"Service":            {"spec.ports.port": "integer", "spec.clusterIP": "string", "spec.selector": "map"},
+	"ConfigMap":          {"data": "map", "immutable": "boolean"},
+	"Secret":             {"data": "map", "type": "string"},
+	"Event":              {"involvedObject.name": "string", "reason": "string", "count": "integer"},
+	"Deployment":         {"spec.replicas": "integer", "spec.template.spec.containers.image": "string", "status.readyReplicas": "integer"},
+	"ReplicaSet":         {"spec.selector.matchLabels": "map", "spec.replicas": "integer"},
+	"DaemonSet":          {"spec.updateStrategy.type": "string", "status.numberReady": "integer"},
+	"ControllerRevision": {"revision": "integer", "data": "map"},
+	"Lease":              {"spec.holderIdentity": "string", "spec.leaseDurationSeconds": "integer"},
+	"EndpointSlice":      {"endpoints.addresses": "array", "addressType": "string", "ports.port": "integer"},
+	"GitSource":          {"spec.url": "string", "spec.ref.branch": "string", "spec.prune": "boolean", "status.lastAppliedCommit": "string", "status.lastHandledReconcileAt": "string", "status.conditions.type": "string", "status.inventory.kind": "string"},
 }
 
 func newTestServer(t *testing.T) (*Server, *httptest.Server) {

@@ -66,6 +66,7 @@ type Controller struct {
 	dsLister   appslisters.DaemonSetLister
 	podLister  corelisters.PodLister
 	nodeLister corelisters.NodeLister
+	revLister  appslisters.ControllerRevisionLister
 	recorder   record.EventRecorder
 	clock      clock.Clock
 	burst      int
@@ -93,11 +94,13 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 	dsInf := factory.Apps().V1().DaemonSets()
 	podInf := factory.Core().V1().Pods()
 	nodeInf := factory.Core().V1().Nodes()
+	revInf := factory.Apps().V1().ControllerRevisions()
 	c := &Controller{
 		client:        client,
 		dsLister:      dsInf.Lister(),
 		podLister:     podInf.Lister(),
 		nodeLister:    nodeInf.Lister(),
+		revLister:     revInf.Lister(),
 		recorder:      recorder,
 		clock:         opts.Clock,
 		burst:         opts.BurstReplicas,
@@ -145,7 +148,22 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 	}); err != nil {
 		return nil, fmt.Errorf("node informer: %w", err)
 	}
-	c.loop.WaitFor(dsInf.Informer().HasSynced, podInf.Informer().HasSynced, nodeInf.Informer().HasSynced)
+	// A revision changed or deleted by hand is put right by its owner.
+	onRevision := func(obj any) {
+		r, ok := controlloop.Deleted[*appsv1.ControllerRevision](obj)
+		if !ok {
+			return
+		}
+		if ref := metav1.GetControllerOfNoCopy(r); ref != nil && ref.Kind == GVK.Kind {
+			c.loop.EnqueueKey(controlloop.NameKey(r.Namespace, ref.Name))
+		}
+	}
+	if _, err := revInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: onRevision, UpdateFunc: func(_, cur any) { onRevision(cur) }, DeleteFunc: onRevision,
+	}); err != nil {
+		return nil, fmt.Errorf("controllerrevision informer: %w", err)
+	}
+	c.loop.WaitFor(dsInf.Informer().HasSynced, podInf.Informer().HasSynced, nodeInf.Informer().HasSynced, revInf.Informer().HasSynced)
 	return c, nil
 }
 
@@ -219,6 +237,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		if err := c.rollingUpdate(ctx, ds, nodes, pods, hash); err != nil {
 			return err
 		}
+	}
+	if err := c.syncHistory(ctx, ds, hash, pods); err != nil {
+		return err
 	}
 	return c.updateStatus(ctx, ds, nodes, pods, hash)
 }

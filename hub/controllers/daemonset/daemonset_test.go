@@ -2,7 +2,9 @@ package daemonset
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -76,6 +78,12 @@ func (f *fleet) refresh() {
 	ds, _ := f.client.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{})
 	pods, _ := f.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 	nodes, _ := f.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	revs, _ := f.client.AppsV1().ControllerRevisions("").List(ctx, metav1.ListOptions{})
+	var d []any
+	for i := range revs.Items {
+		d = append(d, &revs.Items[i])
+	}
+	must(f.t, f.factory.Apps().V1().ControllerRevisions().Informer().GetIndexer().Replace(d, ""))
 	var a, b, c []any
 	for i := range ds.Items {
 		a = append(a, &ds.Items[i])
@@ -504,5 +512,91 @@ func hasEvent(rec *record.FakeRecorder, want string) bool {
 		default:
 			return false
 		}
+	}
+}
+
+// revisions returns "number:image" of the DaemonSet's ControllerRevisions,
+// oldest first.
+func (f *fleet) revisions() []string {
+	f.t.Helper()
+	l, err := f.client.AppsV1().ControllerRevisions("default").List(ctx, metav1.ListOptions{})
+	must(f.t, err)
+	sort.Slice(l.Items, func(i, j int) bool { return l.Items[i].Revision < l.Items[j].Revision })
+	var out []string
+	for _, r := range l.Items {
+		var data struct {
+			Spec struct {
+				Template corev1.PodTemplateSpec `json:"template"`
+			} `json:"spec"`
+		}
+		must(f.t, json.Unmarshal(r.Data.Raw, &data))
+		out = append(out, fmt.Sprintf("%d:%s", r.Revision, data.Spec.Template.Spec.Containers[0].Image))
+	}
+	return out
+}
+
+// TestControllerRevisions: every template a DaemonSet had is a numbered
+// ControllerRevision, as kubectl rollout history and undo read them; going
+// back to an old template makes its revision the newest; the history is
+// pruned to revisionHistoryLimit, never of a revision a pod still runs.
+func TestControllerRevisions(t *testing.T) {
+	ds := daemonSet(rolling(0, 3))
+	ds.Annotations = map[string]string{"kubernetes.io/change-cause": "first"}
+	f := newFleet(t, ds, node("n1", shop), node("n2", shop))
+	f.sync()
+	f.step()
+	if got := f.revisions(); !slices.Equal(got, []string{"1:agent:v1"}) {
+		t.Fatalf("after the first sync: %v", got)
+	}
+	r, err := f.client.AppsV1().ControllerRevisions("default").Get(ctx, "agent-"+Hash(f.ds()), metav1.GetOptions{})
+	must(t, err)
+	if !metav1.IsControlledBy(r, f.ds()) || r.Labels["app"] != "agent" || r.Labels[appsv1.ControllerRevisionHashLabelKey] != Hash(f.ds()) ||
+		r.Annotations["kubernetes.io/change-cause"] != "first" || !strings.Contains(string(r.Data.Raw), `"$patch":"replace"`) {
+		t.Errorf("revision %s: owner %v, labels %v, annotations %v, data %s", r.Name, r.OwnerReferences, r.Labels, r.Annotations, r.Data.Raw)
+	}
+	roll := func(image string) {
+		t.Helper()
+		setImage(t, f, image)
+		for range 6 {
+			f.sync()
+			f.step()
+		}
+	}
+	roll("agent:v2")
+	roll("agent:v3")
+	if got := f.revisions(); !slices.Equal(got, []string{"1:agent:v1", "2:agent:v2", "3:agent:v3"}) {
+		t.Fatalf("after two updates: %v", got)
+	}
+	// Undo to v1: its revision becomes number 4.
+	roll("agent:v1")
+	if got := f.revisions(); !slices.Equal(got, []string{"2:agent:v2", "3:agent:v3", "4:agent:v1"}) {
+		t.Fatalf("after going back to v1: %v", got)
+	}
+	// A limit of one old revision: v2 goes, v3 stays.
+	d := f.ds()
+	d.Spec.RevisionHistoryLimit = ptr.To(int32(1))
+	_, err = f.client.AppsV1().DaemonSets("default").Update(ctx, d, metav1.UpdateOptions{})
+	must(t, err)
+	f.sync()
+	if got := f.revisions(); !slices.Equal(got, []string{"3:agent:v3", "4:agent:v1"}) {
+		t.Fatalf("with revisionHistoryLimit 1: %v", got)
+	}
+	// No old revision kept, but one its pods still run is: during a
+	// rollout the old template stays until no pod has it.
+	d = f.ds()
+	d.Spec.RevisionHistoryLimit = ptr.To(int32(0))
+	d.Spec.Template.Spec.Containers[0].Image = "agent:v4"
+	_, err = f.client.AppsV1().DaemonSets("default").Update(ctx, d, metav1.UpdateOptions{})
+	must(t, err)
+	f.sync()
+	if got := f.revisions(); !slices.Equal(got, []string{"4:agent:v1", "5:agent:v4"}) {
+		t.Fatalf("mid-rollout with revisionHistoryLimit 0: %v, want v1 kept while its pods run", got)
+	}
+	for range 6 {
+		f.sync()
+		f.step()
+	}
+	if got := f.revisions(); !slices.Equal(got, []string{"5:agent:v4"}) {
+		t.Fatalf("after the rollout with revisionHistoryLimit 0: %v", got)
 	}
 }

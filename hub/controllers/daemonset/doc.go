@@ -12,9 +12,14 @@
 // on metadata.name, so the scheduler binds them (Kubernetes' modern way)
 // and the scheduler's resource checks apply.
 //
-// ControllerRevisions are not served: the template hash (the same stable
-// hash Deployments use) is the controller-revision-hash label of each pod,
-// which is how RollingUpdate (maxUnavailable, or maxSurge with
-// replace-after-available) tells updated pods from old ones. OnDelete only
-// creates updated pods where old ones were deleted.
+// The template hash (the same stable hash Deployments use) is the
+// controller-revision-hash label of each pod, which is how RollingUpdate
+// (maxUnavailable, or maxSurge with replace-after-available) tells updated
+// pods from old ones. OnDelete only creates updated pods where old ones
+// were deleted. Every template is also a ControllerRevision named
+// <daemonset>-<hash>, numbered, its data the template as a strategic merge
+// patch, as kube-controller-manager writes them: kubectl rollout history
+// and undo work on them unchanged, and a template that goes back to an
+// earlier one renumbers that revision the newest. revisionHistoryLimit old
+// revisions stay, and any a pod still runs.
 package daemonset

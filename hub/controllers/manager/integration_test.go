@@ -3,6 +3,7 @@ package manager_test
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ import (
 	"flotilla.dev/flotilla/hub/controllers/deployment"
 	"flotilla.dev/flotilla/hub/controllers/manager"
 	"flotilla.dev/flotilla/hub/hubtest"
+	"flotilla.dev/flotilla/internal/testbin"
 	"flotilla.dev/flotilla/test/simdevice"
 )
 
@@ -434,6 +436,38 @@ func TestDaemonSetOnDevices(t *testing.T) {
 		}
 		s := d.Status
 		return s.DesiredNumberScheduled == 3 && s.UpdatedNumberScheduled == 3 && s.NumberAvailable == 3 && s.NumberMisscheduled == 0 && s.ObservedGeneration == d.Generation, nil
+	})
+
+	// kubectl rollout history and undo, from the DaemonSet's
+	// ControllerRevisions.
+	kubectl := testbin.Kubectl(t)
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(kubectl, append([]string{"--kubeconfig", h.KubeconfigPath(), "-n", "default"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	history := func() []string {
+		var revs []string
+		for _, l := range strings.Split(run("rollout", "history", "ds/agent"), "\n")[1:] {
+			if f := strings.Fields(l); len(f) > 0 && f[0] != "REVISION" {
+				revs = append(revs, f[0])
+			}
+		}
+		return revs
+	}
+	waitFor(t, "two revisions in kubectl rollout history", 30*time.Second, func(context.Context) (bool, error) {
+		return slices.Equal(history(), []string{"1", "2"}), nil
+	})
+	if out := run("rollout", "history", "ds/agent", "--revision", "1"); !strings.Contains(out, image("a1")) {
+		t.Errorf("kubectl rollout history --revision 1 does not show the first image:\n%s", out)
+	}
+	run("rollout", "undo", "ds/agent")
+	waitFor(t, "the undo's rollout", 90*time.Second, onNodes(image("a1"), "shop-a", "shop-b", "shop-c"))
+	waitFor(t, "revision 1 renumbered 3", 30*time.Second, func(context.Context) (bool, error) {
+		return slices.Equal(history(), []string{"2", "3"}), nil
 	})
 }
 
