@@ -4,6 +4,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -27,6 +28,9 @@ func init() {
 	utilruntime.Must(appsv1.AddToScheme(Scheme))
 	utilruntime.Must(coordinationv1.AddToScheme(Scheme))
 	utilruntime.Must(discoveryv1.AddToScheme(Scheme))
+	// Scale travels in the scale subresources' bodies (protobuf from
+	// client-go's typed clients).
+	utilruntime.Must(autoscalingv1.AddToScheme(Scheme))
 	// The self reviews (hub/apiserver/reviews.go), created but not stored.
 	utilruntime.Must(authenticationv1.AddToScheme(Scheme))
 	utilruntime.Must(authorizationv1.AddToScheme(Scheme))
