@@ -109,7 +109,7 @@ func (a *App) Command() *cobra.Command {
 	pf.StringVar(&a.flags.Hub, "hub", "", "the hub's URL instead of the kubeconfig's server; several, comma-separated, for hubs sharing an etcd (default $FLOTILLA_HUB)")
 	pf.StringVarP(&a.flags.Namespace, "namespace", "n", "", "the namespace (default: the context's, else \"default\")")
 	root.AddCommand(a.getCommand(), a.describeCommand(), a.fleetCommand(), a.rolloutCommand(), a.logsCommand(),
-		a.applyCommand(), a.deleteCommand(), a.versionCommand(), a.completionCommand(root))
+		a.applyCommand(), a.deleteCommand(), a.reconcileCommand(), a.versionCommand(), a.completionCommand(root))
 	return root
 }
 
