@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"flotilla.dev/flotilla/api/scheduling"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -65,7 +66,7 @@ const (
 type candidate struct {
 	st                     *podState
 	tolerations            []corev1.Toleration
-	matcher                *nodeMatcher
+	matcher                *scheduling.NodeMatcher
 	toleratesUnschedulable bool
 }
 
@@ -75,8 +76,8 @@ func newCandidate(pod *corev1.Pod) *candidate {
 	return &candidate{
 		st:                     newPodState(pod, ""),
 		tolerations:            pod.Spec.Tolerations,
-		matcher:                compileNodeMatcher(pod),
-		toleratesUnschedulable: toleratedBy(&unschedulableTaint, pod.Spec.Tolerations),
+		matcher:                scheduling.CompileNodeMatcher(pod),
+		toleratesUnschedulable: scheduling.Tolerated(&unschedulableTaint, pod.Spec.Tolerations),
 	}
 }
 
@@ -86,11 +87,11 @@ func (n *nodeInfo) fits(p *candidate) bool {
 		return false
 	}
 	for i := range n.taints {
-		if !toleratedBy(&n.taints[i], p.tolerations) {
+		if !scheduling.Tolerated(&n.taints[i], p.tolerations) {
 			return false
 		}
 	}
-	if !n.ready || !p.matcher.matches(n.labels, n.name) {
+	if !n.ready || !p.matcher.Matches(n.labels, n.name) {
 		return false
 	}
 	for _, hp := range p.st.ports {
@@ -122,14 +123,14 @@ func (n *nodeInfo) failureReasons(p *candidate, out []string) []string {
 		return append(out, ReasonUnschedulable)
 	}
 	for i := range n.taints {
-		if !toleratedBy(&n.taints[i], p.tolerations) {
+		if !scheduling.Tolerated(&n.taints[i], p.tolerations) {
 			return append(out, ReasonUntoleratedTaint(n.taints[i]))
 		}
 	}
 	if !n.ready {
 		return append(out, ReasonNotReady)
 	}
-	if !p.matcher.matches(n.labels, n.name) {
+	if !p.matcher.Matches(n.labels, n.name) {
 		return append(out, ReasonNodeAffinity)
 	}
 	for _, hp := range p.st.ports {
@@ -201,9 +202,9 @@ func (c *Cache) Schedule(pod *corev1.Pod) (string, error) {
 
 func (c *Cache) findFeasible(p *candidate) []*nodeInfo {
 	feasible := c.feasible[:0]
-	if p.matcher.names != nil {
+	if p.matcher.Names() != nil {
 		// The pod names its nodes (DaemonSet pods do): look at those only.
-		for name := range p.matcher.names {
+		for name := range p.matcher.Names() {
 			if n := c.nodes[name]; n != nil && n.index >= 0 && n.fits(p) {
 				feasible = append(feasible, n)
 			}

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"flotilla.dev/flotilla/api/scheduling"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
@@ -82,7 +83,7 @@ func requestOf(p *corev1.Pod) (cpu, mem int64) {
 }
 
 func tolerated(p *corev1.Pod, n *corev1.Node) bool {
-	_, bad := FindUntoleratedTaint(n.Spec.Taints, p.Spec.Tolerations)
+	_, bad := scheduling.FindUntoleratedTaint(n.Spec.Taints, p.Spec.Tolerations)
 	return !bad
 }
 
@@ -141,7 +142,7 @@ func TestPlacementInvariants(t *testing.T) {
 			alloc := n.Status.Allocatable
 			// A pod that tolerates everything may go onto a cordoned node,
 			// as DaemonSet pods do in Kubernetes.
-			cordoned := n.Spec.Unschedulable && !toleratedBy(&unschedulableTaint, p.Spec.Tolerations)
+			cordoned := n.Spec.Unschedulable && !scheduling.Tolerated(&unschedulableTaint, p.Spec.Tolerations)
 			return !(cordoned || !nodeReady(n) || !tolerated(p, n) ||
 				int64(len(placed[n.Name])+1) > alloc.Pods().Value() ||
 				cpu > 0 && usedCPU+cpu > alloc.Cpu().MilliValue() ||

@@ -3,11 +3,10 @@ package daemonset
 import (
 	"sort"
 
+	"flotilla.dev/flotilla/api/scheduling"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"flotilla.dev/flotilla/hub/scheduler"
 )
 
 // Taint keys of the tolerations every DaemonSet pod gets.
@@ -93,17 +92,17 @@ func ShouldRun(ds *appsv1.DaemonSet, node *corev1.Node) (shouldRun, shouldContin
 	pod := &corev1.Pod{ObjectMeta: ds.Spec.Template.ObjectMeta, Spec: *ds.Spec.Template.Spec.DeepCopy()}
 	pod.Spec.NodeName = node.Name
 	AddDaemonTolerations(&pod.Spec)
-	if !scheduler.MatchesNodeSelector(pod, node) {
+	if !scheduling.MatchesNodeSelector(pod, node) {
 		return false, false
 	}
-	if _, untolerated := scheduler.FindUntoleratedTaint(node.Spec.Taints, pod.Spec.Tolerations); untolerated {
+	if _, untolerated := scheduling.FindUntoleratedTaint(node.Spec.Taints, pod.Spec.Tolerations); untolerated {
 		var noExec []corev1.Taint
 		for _, t := range node.Spec.Taints {
 			if t.Effect == corev1.TaintEffectNoExecute {
 				noExec = append(noExec, t)
 			}
 		}
-		_, evicting := scheduler.FindUntoleratedTaint(noExec, pod.Spec.Tolerations)
+		_, evicting := scheduling.FindUntoleratedTaint(noExec, pod.Spec.Tolerations)
 		return false, !evicting
 	}
 	return true, true

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"flotilla.dev/flotilla/api"
-	"flotilla.dev/flotilla/hub/scheduler"
+	"flotilla.dev/flotilla/api/scheduling"
 )
 
 var labelsEverything = labels.Everything()
@@ -303,7 +303,7 @@ func evictionTime(pod *corev1.Pod, taintAdded time.Time) (time.Time, bool) {
 	matched := false
 	for i := range pod.Spec.Tolerations {
 		tol := &pod.Spec.Tolerations[i]
-		if !scheduler.ToleratesTaint(tol, &unreachableNoExecute) {
+		if !scheduling.ToleratesTaint(tol, &unreachableNoExecute) {
 			continue
 		}
 		if tol.TolerationSeconds == nil {
