@@ -42,7 +42,9 @@ func TestScaleOverProtobuf(t *testing.T) {
 		spec   func() int32
 	}{
 		{"deployments",
-			func() (*autoscalingv1.Scale, error) { return cs.AppsV1().Deployments("default").GetScale(ctx, "web", metav1.GetOptions{}) },
+			func() (*autoscalingv1.Scale, error) {
+				return cs.AppsV1().Deployments("default").GetScale(ctx, "web", metav1.GetOptions{})
+			},
 			func(s *autoscalingv1.Scale) (*autoscalingv1.Scale, error) {
 				return cs.AppsV1().Deployments("default").UpdateScale(ctx, "web", s, metav1.UpdateOptions{})
 			},
@@ -51,7 +53,9 @@ func TestScaleOverProtobuf(t *testing.T) {
 				return *d.Spec.Replicas
 			}},
 		{"replicasets",
-			func() (*autoscalingv1.Scale, error) { return cs.AppsV1().ReplicaSets("default").GetScale(ctx, "rs", metav1.GetOptions{}) },
+			func() (*autoscalingv1.Scale, error) {
+				return cs.AppsV1().ReplicaSets("default").GetScale(ctx, "rs", metav1.GetOptions{})
+			},
 			func(s *autoscalingv1.Scale) (*autoscalingv1.Scale, error) {
 				return cs.AppsV1().ReplicaSets("default").UpdateScale(ctx, "rs", s, metav1.UpdateOptions{})
 			},
