@@ -7,7 +7,9 @@
 #     token, in its own containerd namespace;
 #   - a local registry (docker-registry) with the demo application's image,
 #     built here from examples/app;
-#   - examples/fleet committed to .demo/fleet.git, which the hub applies.
+#   - examples/fleet committed to .demo/fleet.git, which the hub applies;
+#     a push to it calls the hub's webhook (scripts/git-hook-notify-hub.sh),
+#     signed with the token in .demo/webhook.token.
 #
 # Everything it makes lives under .demo/ or is named flotdemo*, and
 # `make demo-down` removes all of it.
@@ -81,6 +83,27 @@ wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
   die "timed out after ${secs}s waiting for $what"
 }
 
+# The hub's own GitSource (flotilla-hub serve --source-name) and the
+# Secret whose token signs webhooks to it.
+SOURCE_NS=flotilla-system
+SOURCE_NAME=default
+WEBHOOK_SECRET=demo-webhook
+
+# install_push_hook makes each push to .demo/fleet.git call the hub's
+# webhook: the hub fetches at once instead of at its next poll.
+install_push_hook() {
+  log "making a push to $DEMO/fleet.git call the hub's webhook"
+  (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$DEMO/webhook.token")
+  # The token goes into the Secret through stdin, never a command line.
+  { printf 'apiVersion: v1\nkind: Secret\nmetadata: {name: %s, namespace: %s}\nstringData:\n  token: "' "$WEBHOOK_SECRET" "$SOURCE_NS"
+    cat "$DEMO/webhook.token"; printf '"\n'; } | $FLOTCTL apply -f - >/dev/null
+  cp "$DEMO/hub/pki/ca.crt" "$DEMO/hub-ca.crt"
+  install -m 0755 scripts/git-hook-notify-hub.sh "$DEMO/fleet.git/hooks/post-receive"
+  git -C "$DEMO/fleet.git" config flotilla.webhookUrl "$HUB_URL/hooks/git/$SOURCE_NS/$SOURCE_NAME"
+  git -C "$DEMO/fleet.git" config flotilla.webhookTokenFile "$DEMO/webhook.token"
+  git -C "$DEMO/fleet.git" config flotilla.webhookCAFile "$DEMO/hub-ca.crt"
+}
+
 up() {
   need_root
   [ -x "$BIN/flotilla-hub" ] && [ -x "$BIN/flotilla-agent" ] && [ -x "$BIN/flotctl" ] || die "run make build first (make demo does)"
@@ -122,11 +145,15 @@ EOT
   git -C "$DEMO/fleet" push -q origin HEAD:main
 
   log "starting the hub at $HUB_URL, following $DEMO/fleet.git"
+  # The webhook Secret is created once the hub answers; until then the
+  # hub refuses webhooks and finds commits by polling.
   "$BIN/flotilla-hub" serve --config= --data-dir "$DEMO/hub" --listen "$HUB_IP:6443" --tls-san "$HUB_IP" \
     --source-url "file://$DEMO/fleet.git" --source-ref main --source-path apps --source-interval 5s \
+    --source-webhook-secret "$WEBHOOK_SECRET" \
     >"$DEMO/hub.log" 2>&1 &
   echo $! >"$DEMO/hub.pid"
   wait_for 30 "the hub" $FLOTCTL get namespaces
+  install_push_hook
 
   for i in $(seq 1 "$DEVICES"); do
     ns=$PREFIX-dev$i
@@ -184,9 +211,12 @@ The fleet is running. Logs: .demo/hub.log, .demo/dev*.log.
   bin/flotctl get pods -A -o wide
   bin/flotctl describe deployment hello -n shop
 
-Roll out a change through Git and watch it:
+Roll out a change through Git and watch it. The push tells the hub (a
+hook calls its webhook); reconcile waits until the hub has applied the
+commit, so that rollout status follows the new rollout, not the last one:
   cd .demo/fleet && sed -i 's/value: hello/value: bonjour/' apps/hello.yaml \\
     && git -c user.name=you -c user.email=you@example.com commit -qam "bonjour" && git push -q && cd ../..
+  bin/flotctl reconcile source
   bin/flotctl rollout status deployment/hello -n shop
   ip netns exec $PREFIX-dev1 curl -s http://$CLUSTER_IP/
 

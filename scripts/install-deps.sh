@@ -5,6 +5,8 @@
 set -euo pipefail
 
 pkgs=(containerd runc containernetworking-plugins iptables iproute2 conntrack docker-registry git ca-certificates procps curl gnupg)
+# openssl signs the webhook calls of the demo's push hook (scripts/git-hook-notify-hub.sh).
+pkgs+=(openssl)
 # For tests that would otherwise skip: ssh-keygen (SSH-signed commits) and
 # the package tests in packaging/ (lintian, rpm, and qemu-user-static to run
 # the arm64 and armv7 binaries; they call qemu-*-static directly, so no

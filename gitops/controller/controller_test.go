@@ -63,8 +63,9 @@ type fixture struct {
 	kube kubernetes.Interface
 	dyn  dynamic.Interface
 	logs *logBuffer
-	// url is the hub's API address.
+	// url is the hub's API address; ca verifies its certificate.
 	url string
+	ca  []byte
 }
 
 // newFixture starts a hub running the loop. With hooks, the hub is
@@ -105,7 +106,7 @@ func newFixture(t *testing.T, hooks *Hooks) *fixture {
 			t.Errorf("hub: %v", err)
 		}
 	})
-	f.url = h.URL()
+	f.url, f.ca = h.URL(), h.AdminConfig().CAData
 	f.connect(h.AdminConfig())
 	f.eventually("the hub answers", func() (bool, string) {
 		_, err := f.kube.CoreV1().Namespaces().Get(context.Background(), "default", metav1.GetOptions{})

@@ -34,19 +34,21 @@ func (f *fixture) waitHandled(name, value string) *v1alpha1.GitSource {
 	return gs
 }
 
+// configMapA is a revision holding the ConfigMap a with v in its data.
+func configMapA(v string) map[string]string {
+	return map[string]string{"a.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {v: \"" + v + "\"}\n"}
+}
+
 func TestReconcileRequestFetchesAtOnce(t *testing.T) {
 	f := newFixture(t, nil)
-	cm := func(v string) map[string]string {
-		return map[string]string{"a.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {v: \"" + v + "\"}\n"}
-	}
-	c1 := f.commit("one", cm("1"))
+	c1 := f.commit("one", configMapA("1"))
 	// An hour between polls: only a request can fetch the later commits.
 	f.createSource("s", func(gs *v1alpha1.GitSource) { gs.Spec.Interval = &metav1.Duration{Duration: time.Hour} })
 	f.waitApplied("s", c1)
 
 	// The answer is written with the request's outcome in one status
 	// update: once the request shows as handled, the new commit is applied.
-	c2 := f.commit("two", cm("2"))
+	c2 := f.commit("two", configMapA("2"))
 	const t1 = "2025-03-01T12:00:00Z"
 	f.request("s", v1alpha1.AnnotationReconcileRequestedAt, t1)
 	gs := f.waitHandled("s", t1)
@@ -65,7 +67,7 @@ func TestReconcileRequestFetchesAtOnce(t *testing.T) {
 	}
 
 	// Flux's annotation, later than Flotilla's, is a request too.
-	c3 := f.commit("three", cm("3"))
+	c3 := f.commit("three", configMapA("3"))
 	const t3 = "2025-03-01T12:00:02Z"
 	f.request("s", v1alpha1.AnnotationFluxReconcileRequestedAt, t3)
 	if gs := f.waitHandled("s", t3); gs.Status.LastAppliedCommit != c3 {
