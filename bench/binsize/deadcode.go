@@ -33,7 +33,12 @@ func ReflectMethodPath(ctx context.Context, moduleDir, tmpDir, tags, mainPkg str
 		return nil, err
 	}
 	var tail bytes.Buffer
-	path, perr := reflectMethodPath(io.TeeReader(stderr, &lastBytes{buf: &tail, max: 4 << 10}))
+	r := io.TeeReader(stderr, &lastBytes{buf: &tail, max: 4 << 10})
+	path, perr := reflectMethodPath(r)
+	// The linker blocks on a full pipe: read what it still writes.
+	if _, err := io.Copy(io.Discard, r); err != nil && perr == nil {
+		perr = err
+	}
 	if err := cmd.Wait(); err != nil {
 		return nil, fmt.Errorf("go build -ldflags=-dumpdep %s: %w\n%s", mainPkg, err, tail.String())
 	}

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"os/exec"
 	"strings"
 	"testing"
 
+	"flotilla.dev/flotilla/bench/binsize"
 	"flotilla.dev/flotilla/internal/buildtags"
 	"flotilla.dev/flotilla/internal/testenv"
 )
@@ -41,5 +43,22 @@ func TestLinksOnlyWhatADeviceNeeds(t *testing.T) {
 		if why != "" {
 			t.Errorf("the agent links %s: %s", pkg, why)
 		}
+	}
+}
+
+// TestDeadMethodElimination: nothing in the agent calls methods by
+// reflection with a name known only at run time (text/template's
+// execution is the usual one), which would make the linker keep every
+// exported method of every type: 12 MB of the agent binary when
+// containerd's image-config user lookup and gRPC's tracing did.
+func TestDeadMethodElimination(t *testing.T) {
+	testenv.Integration(t, "builds the agent")
+	testenv.RequireTool(t, "go", "the go command builds the agent")
+	path, err := binsize.ReflectMethodPath(context.Background(), "../..", t.TempDir(), buildtags.Tags, "./cmd/flotilla-agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if path != nil {
+		t.Errorf("the linker keeps every exported method: a method is called by reflection through\n  %s", strings.Join(path, "\n  "))
 	}
 }

@@ -162,10 +162,7 @@ func binary(ctx context.Context) ([]string, error) {
 	}
 	dce := "on (no method is called by reflection with a name known only at run time)"
 	if path != nil {
-		if len(path) > 8 {
-			path = path[len(path)-8:]
-		}
-		dce = "OFF: every exported method is kept, because of " + strings.Join(path, " → ")
+		dce = "OFF: every exported method is kept, because of " + strings.Join(callerOf(path), " → ")
 	}
 	lines = append(lines, fmt.Sprintf("%-44s %s", "agent binary, dead method elimination", dce))
 
@@ -189,6 +186,21 @@ func binary(ctx context.Context) ([]string, error) {
 		fmt.Sprintf("%-44s +%s file: a puller alone %s, with the verifier %s; in the agent %s of code in %d packages only registry/trust links (%s)",
 			"agent binary, image verification", kb(after-before), mb(before), mb(after), kb(total), len(pkgs), strings.Join(names, ", ")))
 	return lines, nil
+}
+
+// callerOf shortens a call path to where it leaves code outside the
+// standard library: the call that brought the reflection in.
+func callerOf(path []string) []string {
+	last := len(path) - 1
+	for i := len(path) - 1; i >= 0; i-- {
+		first, _, _ := strings.Cut(binsize.SymbolPackage(path[i]), "/")
+		if strings.Contains(first, ".") {
+			last = i
+			break
+		}
+	}
+	first := max(0, last-3)
+	return path[first:min(len(path), last+2)]
 }
 
 func goarch() string {
