@@ -225,3 +225,16 @@ func contains(values []string, v string) bool {
 	}
 	return false
 }
+
+// CompileNodeSelectorTerm compiles one term (a preferred node affinity
+// term's preference, say) into a matcher of that term alone.
+func CompileNodeSelectorTerm(t corev1.NodeSelectorTerm) *NodeMatcher {
+	reqs := make([]requirement, 0, len(t.MatchExpressions)+len(t.MatchFields))
+	for _, e := range t.MatchExpressions {
+		reqs = append(reqs, compileRequirement(e, false))
+	}
+	for _, e := range t.MatchFields {
+		reqs = append(reqs, compileRequirement(e, true))
+	}
+	return &NodeMatcher{terms: [][]requirement{reqs}}
+}

@@ -68,6 +68,9 @@ type candidate struct {
 	tolerations            []corev1.Toleration
 	matcher                *scheduling.NodeMatcher
 	toleratesUnschedulable bool
+	// inter is what other pods mean for this attempt (affinity,
+	// anti-affinity, spreading); nil when nothing.
+	inter *interPod
 }
 
 var unschedulableTaint = corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}
@@ -107,9 +110,12 @@ func (n *nodeInfo) fits(p *candidate) bool {
 	r := &p.st.req
 	free := n.allocatable
 	free.sub(n.requested)
-	return !(r.MilliCPU > 0 && r.MilliCPU > free.MilliCPU ||
+	if r.MilliCPU > 0 && r.MilliCPU > free.MilliCPU ||
 		r.Memory > 0 && r.Memory > free.Memory ||
-		r.EphemeralStorage > 0 && r.EphemeralStorage > free.EphemeralStorage)
+		r.EphemeralStorage > 0 && r.EphemeralStorage > free.EphemeralStorage {
+		return false
+	}
+	return p.inter == nil || p.inter.reason(n) == ""
 }
 
 // failureReasons is fits with the reasons spelled out; it runs only for
@@ -156,6 +162,13 @@ func (n *nodeInfo) failureReasons(p *candidate, out []string) []string {
 	if r.EphemeralStorage > 0 && r.EphemeralStorage > free.EphemeralStorage {
 		out = append(out, ReasonInsufficient(corev1.ResourceEphemeralStorage))
 	}
+	if len(out) == start && p.inter != nil {
+		// PodTopologySpread and InterPodAffinity come last in
+		// kube-scheduler's filter order too.
+		if reason := p.inter.reason(n); reason != "" {
+			out = append(out, reason)
+		}
+	}
 	if len(out) == start {
 		panic(fmt.Sprintf("scheduler: node %s rejected pod without a reason", n.name))
 	}
@@ -189,6 +202,7 @@ func (c *Cache) Schedule(pod *corev1.Pod) (string, error) {
 	if len(c.order) == 0 {
 		return "", ErrNoNodesAvailable
 	}
+	p.inter = c.interPodFor(pod, p)
 	feasible := c.findFeasible(p)
 	if len(feasible) == 0 {
 		return "", c.diagnose(p)
@@ -296,6 +310,10 @@ func (c *Cache) selectHost(p *candidate, feasible []*nodeInfo) *nodeInfo {
 		}
 	}
 
+	var extra map[*nodeInfo]int64
+	if p.inter != nil && p.inter.scores() {
+		extra = p.inter.score(feasible)
+	}
 	var best *nodeInfo
 	var bestScore int64 = -1
 	ties := 0
@@ -318,6 +336,11 @@ func (c *Cache) selectHost(p *candidate, feasible []*nodeInfo) *nodeInfo {
 				spread = (spread + 3*zone) / 4
 			}
 			s += spreadWeight * spread
+		}
+		if extra != nil {
+			// kube-scheduler weighs these plugins 2 (NodeAffinity,
+			// InterPodAffinity, PodTopologySpread).
+			s += 2 * extra[n]
 		}
 		switch {
 		case s > bestScore:

@@ -53,7 +53,10 @@ type Cache struct {
 	workloads map[string]*workload
 	// zoneIDs numbers the topology values so scoring can index a slice.
 	zoneIDs map[string]int
-	rng     *rand.Rand
+	// withAnti are the pods with required anti-affinity, which every
+	// placement must respect.
+	withAnti map[*podState]struct{}
+	rng      *rand.Rand
 	// The rest is scratch space reused between attempts (under mu) so
 	// that scheduling a pod does not allocate per node.
 	feasible    []*nodeInfo
@@ -99,6 +102,11 @@ type podState struct {
 	ports    []hostPort
 	workload string
 	assumed  bool
+	// For the filters that look at other pods: where the pod is and its
+	// labels, and its required anti-affinity (which other pods must keep).
+	namespace string
+	labels    map[string]string
+	anti      []podTerm
 }
 
 // NewCache returns an empty Cache.
@@ -113,6 +121,7 @@ func NewCache(cfg CacheConfig) *Cache {
 		pods:        map[string]*podState{},
 		workloads:   map[string]*workload{},
 		zoneIDs:     map[string]int{},
+		withAnti:    map[*podState]struct{}{},
 		rng:         rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
 }
@@ -337,6 +346,10 @@ func newPodState(pod *corev1.Pod, node string) *podState {
 		nonZero:  podRequests(pod, containerNonZero),
 		ports:    podHostPorts(pod),
 		workload: workloadKey(pod),
+
+		namespace: pod.Namespace,
+		labels:    pod.Labels,
+		anti:      requiredAntiAffinity(pod),
 	}
 }
 
@@ -352,10 +365,14 @@ func (c *Cache) addPodLocked(key string, st *podState) {
 	n.podCount++
 	n.ports = append(n.ports, st.ports...)
 	c.workloadAdd(n, st.workload, 1)
+	if len(st.anti) > 0 {
+		c.withAnti[st] = struct{}{}
+	}
 }
 
 func (c *Cache) removePodLocked(key string, st *podState) {
 	delete(c.pods, key)
+	delete(c.withAnti, st)
 	n := c.nodes[st.node]
 	if n == nil {
 		return

@@ -9,11 +9,20 @@
 // unschedulable (unless tolerated), every NoSchedule/NoExecute taint is
 // tolerated, the node is Ready, nodeSelector and required node affinity
 // match, host ports are free, and cpu, memory, ephemeral-storage and the
-// pod count fit in allocatable minus what is bound. Like kube-scheduler,
+// pod count fit in allocatable minus what is bound, then (only for pods
+// that have them, or that existing pods' anti-affinity names) the rules
+// about other pods: topology spread constraints (DoNotSchedule, with
+// minDomains, matchLabelKeys and the node inclusion policies), required
+// pod affinity and anti-affinity, and existing pods' required
+// anti-affinity. A namespaceSelector in a pod (anti-)affinity term is
+// taken as every namespace. Like kube-scheduler,
 // a scan stops once enough feasible nodes are found
 // (PercentageOfNodesToScore) and the next scan starts where it stopped.
 // Scores: least allocated, plus spreading a workload's pods (same
-// controller, or same labels) over nodes and over the topology label.
+// controller, or same labels) over nodes and over the topology label,
+// plus preferred node affinity, preferred pod (anti-)affinity and
+// ScheduleAnyway spreading, each normalized over the feasible nodes.
+// Priority and preemption are not implemented: every pod waits its turn.
 //
 // A pod that fits nowhere gets PodScheduled=False (Unschedulable) and a
 // FailedScheduling event worded as kube-scheduler words it ("0/5 nodes
