@@ -2,6 +2,8 @@ package ctl
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/version"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 
@@ -204,11 +207,53 @@ func TestRolloutHistoryUndoRestart(t *testing.T) {
 		t.Errorf("restart annotation: %v", got.Spec.Template.Annotations)
 	}
 
-	if _, errOut, code := h.run("rollout", "history", "daemonset/probe"); code != 1 || !strings.Contains(errOut, "ControllerRevisions") {
-		t.Errorf("daemonset history: %d %q", code, errOut)
-	}
 	if _, errOut, code := h.run("rollout", "status", "pod/x"); code != 1 || !strings.Contains(errOut, "deployments and daemonsets") {
 		t.Errorf("rollout of a pod: %d %q", code, errOut)
+	}
+}
+
+func controllerRevision(ds *appsv1.DaemonSet, rev int64, image, cause string) *appsv1.ControllerRevision {
+	tmpl := ds.Spec.Template.DeepCopy()
+	tmpl.Spec.Containers[0].Image = image
+	raw, _ := json.Marshal(map[string]any{"spec": map[string]any{"template": tmpl}})
+	r := &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("%s-%d", ds.Name, rev), Labels: map[string]string{"app": ds.Name},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID, Controller: ptr(true)}}},
+		Data: runtime.RawExtension{Raw: raw}, Revision: rev}
+	if cause != "" {
+		r.Annotations = map[string]string{"kubernetes.io/change-cause": cause}
+	}
+	return r
+}
+
+// TestRolloutDaemonSetHistoryAndGitGuard: a DaemonSet's history and undo
+// come from its ControllerRevisions; a workload applied from a GitSource
+// is rolled back only with --force (the next sync would undo the undo).
+func TestRolloutDaemonSetHistoryAndGitGuard(t *testing.T) {
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "probe", UID: "uid-probe", Labels: map[string]string{api.LabelSource: "flotilla-system.default"}},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "probe"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "probe"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "probe", Image: "registry.local/probe@sha256:v2"}}}}}}
+	h := newHarness(t, ds, controllerRevision(ds, 1, "registry.local/probe@sha256:v1", "first"), controllerRevision(ds, 2, "registry.local/probe@sha256:v2", ""))
+	out := h.ok("rollout", "history", "daemonset/probe")
+	if !strings.HasPrefix(out, "daemonset.apps/probe\n") || !strings.Contains(out, "1          first") || !strings.Contains(out, "2          <none>") {
+		t.Errorf("history:\n%s", out)
+	}
+	if out := h.ok("rollout", "history", "ds/probe", "--revision", "1"); !strings.Contains(out, "image: registry.local/probe@sha256:v1") {
+		t.Errorf("history --revision 1:\n%s", out)
+	}
+	if _, errOut, code := h.run("rollout", "undo", "daemonset/probe"); code != 1 || !strings.Contains(errOut, "GitSource flotilla-system.default") || !strings.Contains(errOut, "--force") {
+		t.Errorf("undo of a GitSource-managed daemonset without --force: exit %d %q", code, errOut)
+	}
+	got, _ := h.typed.AppsV1().DaemonSets("default").Get(context.Background(), "probe", metav1.GetOptions{})
+	if img := got.Spec.Template.Spec.Containers[0].Image; img != "registry.local/probe@sha256:v2" {
+		t.Fatalf("a refused undo changed the image to %s", img)
+	}
+	if out := h.ok("rollout", "undo", "daemonset/probe", "--force"); !strings.Contains(out, "daemonset.apps/probe rolled back (to the template of revision 1)") {
+		t.Errorf("undo --force: %q", out)
+	}
+	got, _ = h.typed.AppsV1().DaemonSets("default").Get(context.Background(), "probe", metav1.GetOptions{})
+	if img := got.Spec.Template.Spec.Containers[0].Image; img != "registry.local/probe@sha256:v1" || got.Annotations["kubernetes.io/change-cause"] != "first" {
+		t.Errorf("after undo --force: image %s, annotations %v", img, got.Annotations)
 	}
 }
 

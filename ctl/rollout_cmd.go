@@ -47,8 +47,8 @@ func (a *App) rolloutCommand() *cobra.Command {
 
 	var revision int64
 	history := &cobra.Command{
-		Use:   "history deployment NAME | deployment/NAME",
-		Short: "List a deployment's revisions",
+		Use:   "history (deployment|daemonset) NAME | KIND/NAME",
+		Short: "List a deployment's or daemonset's revisions",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, name, err := rolloutTarget(args)
 			if err != nil {
@@ -60,18 +60,24 @@ func (a *App) rolloutCommand() *cobra.Command {
 	history.Flags().Int64Var(&revision, "revision", 0, "show the template of this revision")
 
 	var to int64
+	var force bool
 	undo := &cobra.Command{
-		Use:   "undo deployment NAME | deployment/NAME",
-		Short: "Roll a deployment back to its previous revision (or --to-revision)",
+		Use:   "undo (deployment|daemonset) NAME | KIND/NAME",
+		Short: "Roll a deployment or daemonset back to its previous revision (or --to-revision)",
+		Long: `Roll a deployment or daemonset back to its previous revision (or
+--to-revision). A workload applied from a GitSource is refused without
+--force: the next sync would put Git's template back; revert the commit
+instead.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, name, err := rolloutTarget(args)
 			if err != nil {
 				return err
 			}
-			return a.rolloutUndo(cmd.Context(), r, name, to)
+			return a.rolloutUndo(cmd.Context(), r, name, to, force)
 		},
 	}
 	undo.Flags().Int64Var(&to, "to-revision", 0, "the revision to roll back to (0: the previous one)")
+	undo.Flags().BoolVar(&force, "force", false, "roll back a workload applied from a GitSource (until the next sync restores Git's template)")
 
 	restart := &cobra.Command{
 		Use:   "restart (deployment|daemonset) NAME | KIND/NAME",
@@ -263,81 +269,120 @@ func resourceOf(obj runtime.Object) (*api.Resource, bool) {
 }
 
 func (a *App) rolloutHistory(ctx context.Context, r *api.Resource, name string, revision int64) error {
-	d, rss, err := a.deploymentAndReplicaSets(ctx, r, name)
+	w, err := a.workloadHistory(ctx, r, name)
 	if err != nil {
 		return err
 	}
-	hist := rollout.History(d, rss)
 	if revision != 0 {
-		for _, h := range hist {
+		for _, h := range w.hist {
 			if h.Number == revision {
-				fmt.Fprintf(a.Out, "deployment.apps/%s with revision #%d\n", name, revision)
-				return a.printTemplate(h)
+				fmt.Fprintf(a.Out, "%s/%s with revision #%d\n", w.kindGroup, name, revision)
+				f, _ := output.Parse("yaml")
+				return f.Print(a.Out, &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: h.Name, Namespace: w.meta.GetNamespace()}, Template: *h.Template}, output.TableOptions{})
 			}
 		}
-		return fmt.Errorf("unable to find revision %d of deployment %q", revision, name)
+		return fmt.Errorf("unable to find revision %d of %s %q", revision, strings.ToLower(r.Kind), name)
 	}
-	fmt.Fprintf(a.Out, "deployment.apps/%s\n", name)
+	fmt.Fprintf(a.Out, "%s/%s\n", w.kindGroup, name)
 	tw := printers.NewTabWriter(a.Out)
 	fmt.Fprintln(tw, "REVISION\tCHANGE-CAUSE\tTEMPLATE")
-	for _, h := range hist {
+	for _, h := range w.hist {
 		cause := h.ChangeCause
 		if cause == "" {
 			cause = "<none>"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\n", h.Number, cause, rollout.TemplateSummary(&h.ReplicaSet.Spec.Template))
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", h.Number, cause, rollout.TemplateSummary(h.Template))
 	}
 	return tw.Flush()
 }
 
-func (a *App) printTemplate(h rollout.Revision) error {
-	f, _ := output.Parse("yaml")
-	t := h.ReplicaSet.Spec.Template.DeepCopy()
-	delete(t.Labels, api.LabelPodTemplateHash)
-	return f.Print(a.Out, &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: h.ReplicaSet.Name, Namespace: h.ReplicaSet.Namespace}, Template: *t}, output.TableOptions{})
-}
-
-func (a *App) rolloutUndo(ctx context.Context, r *api.Resource, name string, to int64) error {
-	d, rss, err := a.deploymentAndReplicaSets(ctx, r, name)
+func (a *App) rolloutUndo(ctx context.Context, r *api.Resource, name string, to int64, force bool) error {
+	w, err := a.workloadHistory(ctx, r, name)
 	if err != nil {
 		return err
 	}
-	patch, rev, err := rollout.UndoPatch(d, rss, to)
+	if src := w.meta.GetLabels()[api.LabelSource]; src != "" && !force {
+		// The next sync would put Git's template back, and the undo
+		// would flap: the way back is a revert in Git.
+		return fmt.Errorf("%s/%s is applied from GitSource %s (label %s): revert the commit in Git (then flotctl reconcile source), or pass --force to roll back until the next sync",
+			w.kindGroup, name, src, api.LabelSource)
+	}
+	patch, rev, err := rollout.UndoPatch(strings.ToLower(r.Kind), name, w.meta.GetAnnotations(), w.hist, to)
 	if err != nil {
 		return err
 	}
 	c, _ := a.connect()
-	if _, err := c.Typed.AppsV1().Deployments(d.Namespace).Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: "flotctl"}); err != nil {
+	rc, err := c.clientFor(r, c.Namespace)
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.Out, "deployment.apps/%s rolled back (to the template of revision %d)\n", name, rev)
+	if _, err := rc.Patch(ctx, name, types.JSONPatchType, patch); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.Out, "%s/%s rolled back (to the template of revision %d)\n", w.kindGroup, name, rev)
 	return nil
 }
 
-// deploymentAndReplicaSets fetches what history and undo read. DaemonSet
-// history would live in ControllerRevisions, which the hub does not serve.
-func (a *App) deploymentAndReplicaSets(ctx context.Context, r *api.Resource, name string) (*appsv1.Deployment, []appsv1.ReplicaSet, error) {
-	if r.Kind != "Deployment" {
-		return nil, nil, fmt.Errorf("the hub keeps no revision history for %s (Kubernetes keeps it in ControllerRevisions, which the hub does not serve); to go back, revert the commit in Git, or use `flotctl rollout restart` to replace the pods", r.GVR.Resource)
-	}
+// workload is a Deployment or DaemonSet with its history.
+type workload struct {
+	kindGroup string
+	meta      metav1.Object
+	hist      []rollout.Revision
+}
+
+// workloadHistory fetches what history and undo read: a Deployment's
+// ReplicaSets, a DaemonSet's ControllerRevisions.
+func (a *App) workloadHistory(ctx context.Context, r *api.Resource, name string) (*workload, error) {
 	c, err := a.connect()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	d, err := c.Typed.AppsV1().Deployments(c.Namespace).Get(ctx, name, metav1.GetOptions{})
+	w := &workload{kindGroup: output.KindGroup(r.GVK())}
+	var sel *metav1.LabelSelector
+	switch r.Kind {
+	case "Deployment":
+		d, err := c.Typed.AppsV1().Deployments(c.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		w.meta, sel = d, d.Spec.Selector
+		s, err := listSelector(sel, name)
+		if err != nil {
+			return nil, err
+		}
+		rss, err := c.Typed.AppsV1().ReplicaSets(c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: s})
+		if err != nil {
+			return nil, err
+		}
+		w.hist = rollout.History(d, rss.Items)
+	case "DaemonSet":
+		ds, err := c.Typed.AppsV1().DaemonSets(c.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		w.meta, sel = ds, ds.Spec.Selector
+		s, err := listSelector(sel, name)
+		if err != nil {
+			return nil, err
+		}
+		revs, err := c.Typed.AppsV1().ControllerRevisions(c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: s})
+		if err != nil {
+			return nil, err
+		}
+		w.hist = rollout.DaemonSetHistory(ds, revs.Items)
+	default:
+		return nil, fmt.Errorf("%s have no rollout history: only deployments and daemonsets do", r.GVR.Resource)
+	}
+	return w, nil
+}
+
+func listSelector(sel *metav1.LabelSelector, name string) (string, error) {
+	s, err := metav1.LabelSelectorAsSelector(sel)
 	if err != nil {
-		return nil, nil, err
+		return "", fmt.Errorf("%q has an invalid selector: %w", name, err)
 	}
-	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
-	if err != nil {
-		return nil, nil, fmt.Errorf("deployment %q has an invalid selector: %w", name, err)
+	if s.Empty() {
+		return labels.Everything().String(), nil
 	}
-	if sel.Empty() {
-		sel = labels.Everything()
-	}
-	rss, err := c.Typed.AppsV1().ReplicaSets(c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
-	if err != nil {
-		return nil, nil, err
-	}
-	return d, rss.Items, nil
+	return s.String(), nil
 }

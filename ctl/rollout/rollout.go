@@ -80,11 +80,14 @@ func DaemonSetStatus(ds *appsv1.DaemonSet) Status {
 	return Status{Message: fmt.Sprintf("daemon set %q successfully rolled out", ds.Name), Done: true}
 }
 
-// Revision is one entry of a Deployment's history.
+// Revision is one entry of a workload's history: a Deployment's
+// ReplicaSet or a DaemonSet's ControllerRevision.
 type Revision struct {
 	Number      int64
 	ChangeCause string
-	ReplicaSet  *appsv1.ReplicaSet
+	// Name is the ReplicaSet's or the ControllerRevision's.
+	Name     string
+	Template *corev1.PodTemplateSpec
 }
 
 // History lists a Deployment's revisions, oldest first, from the
@@ -100,7 +103,33 @@ func History(d *appsv1.Deployment, rss []appsv1.ReplicaSet) []Revision {
 		if err != nil {
 			continue
 		}
-		out = append(out, Revision{Number: n, ChangeCause: rs.Annotations[ChangeCauseAnnotation], ReplicaSet: rs})
+		t := rs.Spec.Template.DeepCopy()
+		delete(t.Labels, api.LabelPodTemplateHash)
+		out = append(out, Revision{Number: n, ChangeCause: rs.Annotations[ChangeCauseAnnotation], Name: rs.Name, Template: t})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Number < out[j].Number })
+	return out
+}
+
+// DaemonSetHistory lists a DaemonSet's revisions, oldest first, from the
+// ControllerRevisions it controls (their data is the template as a
+// strategic merge patch, as Kubernetes writes it).
+func DaemonSetHistory(ds *appsv1.DaemonSet, revs []appsv1.ControllerRevision) []Revision {
+	var out []Revision
+	for i := range revs {
+		r := &revs[i]
+		if !ownedBy(r.OwnerReferences, ds.UID) {
+			continue
+		}
+		var data struct {
+			Spec struct {
+				Template *corev1.PodTemplateSpec `json:"template"`
+			} `json:"spec"`
+		}
+		if json.Unmarshal(r.Data.Raw, &data) != nil || data.Spec.Template == nil {
+			continue
+		}
+		out = append(out, Revision{Number: r.Revision, ChangeCause: r.Annotations[ChangeCauseAnnotation], Name: r.Name, Template: data.Spec.Template})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Number < out[j].Number })
 	return out
@@ -115,17 +144,17 @@ func ownedBy(refs []metav1.OwnerReference, uid types.UID) bool {
 	return false
 }
 
-// UndoPatch returns the JSON patch that rolls d back to revision to (0:
-// the one before the current), and the revision chosen.
-func UndoPatch(d *appsv1.Deployment, rss []appsv1.ReplicaSet, to int64) ([]byte, int64, error) {
-	hist := History(d, rss)
+// UndoPatch returns the JSON patch that rolls a workload (kind and name,
+// its annotations) back to revision to of hist (0: the one before the
+// current), and the revision chosen.
+func UndoPatch(kind, name string, annotations map[string]string, hist []Revision, to int64) ([]byte, int64, error) {
 	if len(hist) == 0 {
-		return nil, 0, fmt.Errorf("deployment %q has no rollout history", d.Name)
+		return nil, 0, fmt.Errorf("%s %q has no rollout history", kind, name)
 	}
 	var target *Revision
 	if to == 0 {
 		if len(hist) < 2 {
-			return nil, 0, fmt.Errorf("deployment %q has no previous revision to roll back to", d.Name)
+			return nil, 0, fmt.Errorf("%s %q has no previous revision to roll back to", kind, name)
 		}
 		target = &hist[len(hist)-2]
 	} else {
@@ -135,14 +164,12 @@ func UndoPatch(d *appsv1.Deployment, rss []appsv1.ReplicaSet, to int64) ([]byte,
 			}
 		}
 		if target == nil {
-			return nil, 0, fmt.Errorf("unable to find revision %d of deployment %q (it has %s)", to, d.Name, numbers(hist))
+			return nil, 0, fmt.Errorf("unable to find revision %d of %s %q (it has %s)", to, kind, name, numbers(hist))
 		}
 	}
-	tmpl := target.ReplicaSet.Spec.Template.DeepCopy()
-	delete(tmpl.Labels, api.LabelPodTemplateHash)
-	patch := []map[string]any{{"op": "replace", "path": "/spec/template", "value": tmpl}}
-	if cause, ok := target.ReplicaSet.Annotations[ChangeCauseAnnotation]; ok {
-		patch = append(patch, map[string]any{"op": "add", "path": "/metadata/annotations", "value": mergeAnn(d.Annotations, ChangeCauseAnnotation, cause)})
+	patch := []map[string]any{{"op": "replace", "path": "/spec/template", "value": target.Template}}
+	if target.ChangeCause != "" {
+		patch = append(patch, map[string]any{"op": "add", "path": "/metadata/annotations", "value": mergeAnn(annotations, ChangeCauseAnnotation, target.ChangeCause)})
 	}
 	b, err := json.Marshal(patch)
 	return b, target.Number, err

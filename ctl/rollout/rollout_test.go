@@ -80,7 +80,7 @@ func TestHistoryAndUndo(t *testing.T) {
 	if len(h) != 2 || h[0].Number != 1 || h[1].Number != 3 {
 		t.Fatalf("history %+v", h)
 	}
-	patch, rev, err := UndoPatch(d, rss, 0)
+	patch, rev, err := UndoPatch("deployment", d.Name, d.Annotations, h, 0)
 	if err != nil || rev != 1 {
 		t.Fatalf("undo: %d %v", rev, err)
 	}
@@ -94,10 +94,10 @@ func TestHistoryAndUndo(t *testing.T) {
 	if ops[0].Path != "/spec/template" || ops[0].Value.Spec.Containers[0].Image != "img:1" || ops[0].Value.Labels["pod-template-hash"] != "" {
 		t.Errorf("undo patch %s", patch)
 	}
-	if _, _, err := UndoPatch(d, rss, 2); err == nil || !strings.Contains(err.Error(), "1, 3") {
+	if _, _, err := UndoPatch("deployment", d.Name, d.Annotations, h, 2); err == nil || !strings.Contains(err.Error(), "1, 3") {
 		t.Errorf("undo to a revision it does not own: %v", err)
 	}
-	if _, _, err := UndoPatch(d, rss[:1], 0); err == nil {
+	if _, _, err := UndoPatch("deployment", d.Name, d.Annotations, History(d, rss[:1]), 0); err == nil {
 		t.Error("undo without a previous revision")
 	}
 	if got := string(RestartPatch(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))); got != `{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":"2025-03-01T12:00:00Z"}}}}}` {
