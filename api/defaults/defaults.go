@@ -4,6 +4,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -50,6 +51,8 @@ func Default(obj runtime.Object) {
 		replicaSet(o)
 	case *appsv1.DaemonSet:
 		daemonSet(o)
+	case *batchv1.Job:
+		job(o)
 	case *v1alpha1.GitSource:
 		gitSource(o)
 	}

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -180,6 +181,16 @@ func fixtures() map[string]runtime.Object {
 			}()}, Status: appsv1.DaemonSetStatus{DesiredNumberScheduled: 5, CurrentNumberScheduled: 5, NumberReady: 4, UpdatedNumberScheduled: 3, NumberAvailable: 4}},
 			{ObjectMeta: objMeta("logs", 5*time.Minute), Spec: appsv1.DaemonSetSpec{Selector: sel, Template: template("shipper")}},
 		}},
+		"jobs": &batchv1.JobList{Items: []batchv1.Job{
+			{ObjectMeta: objMeta("export-nightly", 2*time.Hour), Spec: batchv1.JobSpec{Completions: ptr(int32(3)), Parallelism: ptr(int32(2)), Selector: sel, Template: template("export")},
+				Status: batchv1.JobStatus{Succeeded: 3, StartTime: ptrTime(now.Add(-2 * time.Hour)), CompletionTime: ptrTime(now.Add(-110 * time.Minute)),
+					Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}}},
+			{ObjectMeta: objMeta("cleanup", 10*time.Minute), Spec: batchv1.JobSpec{Parallelism: ptr(int32(1)), Selector: sel, Template: template("cleanup")},
+				Status: batchv1.JobStatus{Active: 1, StartTime: ptrTime(now.Add(-9 * time.Minute))}},
+			{ObjectMeta: objMeta("migrate", time.Hour), Spec: batchv1.JobSpec{Completions: ptr(int32(1)), Selector: sel, Template: template("migrate")},
+				Status: batchv1.JobStatus{Failed: 7, StartTime: ptrTime(now.Add(-time.Hour)),
+					Conditions: []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded"}}}},
+		}},
 		"controllerrevisions": &appsv1.ControllerRevisionList{Items: []appsv1.ControllerRevision{
 			{ObjectMeta: func() metav1.ObjectMeta {
 				m := objMeta("agent-probe-6b7c9d", 3*24*time.Hour)
@@ -245,4 +256,9 @@ func gitSourceFixtures() []v1alpha1.GitSource {
 					Message: "apps/web.yaml: Deployment \"web\": spec.replicas: Invalid value: -1\nsecond line"}}}},
 		{ObjectMeta: objMeta("pinned", time.Minute), Spec: v1alpha1.GitSourceSpec{URL: "git@git.example.com:ops/base.git", Ref: v1alpha1.GitRef{Commit: "0123456789abcdef0123456789abcdef01234567"}}},
 	}
+}
+
+func ptrTime(t time.Time) *metav1.Time {
+	m := metav1.NewTime(t)
+	return &m
 }

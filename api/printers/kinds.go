@@ -8,12 +8,14 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/duration"
 
 	"flotilla.dev/flotilla/api/podutil"
 	"flotilla.dev/flotilla/api/v1alpha1"
@@ -105,6 +107,17 @@ func init() {
 		wide("Images", "string", "Images of each container in the template."),
 		wide("Selector", "string", "The label selector of the pods."),
 	}, as(daemonSetCells))
+
+	register(batchv1.SchemeGroupVersion.WithKind("Job"), []column{
+		nameColumn(),
+		col("Status", "string", "Complete, Failed, Suspended, Terminating or Running."),
+		col("Completions", "string", "The number of pods that succeeded, of those wanted."),
+		col("Duration", "string", "How long the job ran, or has been running."),
+		ageColumn(),
+		wide("Containers", "string", "Names of each container in the template."),
+		wide("Images", "string", "Images of each container in the template."),
+		wide("Selector", "string", "The label selector of the pods."),
+	}, as(jobCells))
 
 	register(appsv1.SchemeGroupVersion.WithKind("ControllerRevision"), []column{
 		nameColumn(),
@@ -316,6 +329,47 @@ func daemonSetCells(ds *appsv1.DaemonSet, now time.Time) []any {
 		orNone(labels.FormatLabels(ds.Spec.Template.Spec.NodeSelector)), age(ds.CreationTimestamp, now),
 		names, images, selector(ds.Spec.Selector),
 	}
+}
+
+func jobCells(j *batchv1.Job, now time.Time) []any {
+	names, images := containers(j.Spec.Template.Spec)
+	status := "Running"
+	for _, c := range j.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete, batchv1.JobFailed:
+			status = string(c.Type)
+		case batchv1.JobSuspended:
+			if status == "Running" {
+				status = "Suspended"
+			}
+		}
+	}
+	if j.DeletionTimestamp != nil {
+		status = "Terminating"
+	}
+	completions := fmt.Sprintf("%d/1 of %d", j.Status.Succeeded, ptrOr(j.Spec.Parallelism, 1))
+	if j.Spec.Completions != nil {
+		completions = fmt.Sprintf("%d/%d", j.Status.Succeeded, *j.Spec.Completions)
+	}
+	dur := ""
+	if st := j.Status.StartTime; st != nil {
+		end := now
+		if ct := j.Status.CompletionTime; ct != nil {
+			end = ct.Time
+		}
+		dur = duration.HumanDuration(end.Sub(st.Time))
+	}
+	return []any{j.Name, status, completions, dur, age(j.CreationTimestamp, now), names, images, selector(j.Spec.Selector)}
+}
+
+func ptrOr(p *int32, def int32) int32 {
+	if p == nil {
+		return def
+	}
+	return *p
 }
 
 func controllerRevisionCells(r *appsv1.ControllerRevision, now time.Time) []any {

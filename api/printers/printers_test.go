@@ -151,6 +151,7 @@ func TestKubectlColumnNames(t *testing.T) {
 		"replicasets":         "NAME DESIRED CURRENT READY AGE | CONTAINERS IMAGES SELECTOR",
 		"daemonsets":          "NAME DESIRED CURRENT READY UP-TO-DATE AVAILABLE NODE SELECTOR AGE | CONTAINERS IMAGES SELECTOR",
 		"controllerrevisions": "NAME CONTROLLER REVISION AGE |",
+		"jobs":                "NAME STATUS COMPLETIONS DURATION AGE | CONTAINERS IMAGES SELECTOR",
 		"services":            "NAME TYPE CLUSTER-IP EXTERNAL-IP PORT(S) AGE | SELECTOR",
 		"endpointslices":      "NAME ADDRESSTYPE PORTS ENDPOINTS AGE |",
 		"configmaps":          "NAME DATA AGE |",

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
@@ -273,4 +274,82 @@ func sameJSON(a, b []byte) bool {
 		return false
 	}
 	return reflect.DeepEqual(va, vb)
+}
+
+var jobRestartPolicies = []corev1.RestartPolicy{corev1.RestartPolicyOnFailure, corev1.RestartPolicyNever}
+
+// validateJob checks a Job (old is nil on create): a selector that matches
+// its template, a template whose pods end (restartPolicy OnFailure or
+// Never), counts that are not negative, and — once created — the
+// selector, completions mode and template fixed, as in Kubernetes (the
+// template may change only while the Job is suspended).
+func validateJob(j, old *batchv1.Job, opts Options) field.ErrorList {
+	var errs field.ErrorList
+	if old == nil {
+		errs = objectMeta(&j.ObjectMeta, true, nameIsDNSSubdomain)
+	}
+	s := &j.Spec
+	sp := specPath.Child("selector")
+	if s.Selector == nil {
+		errs = append(errs, field.Required(sp, "a Job without manualSelector gets one from its UID; with manualSelector, give one"))
+	} else {
+		errs = append(errs, metav1validation.ValidateLabelSelector(s.Selector, metav1validation.LabelSelectorValidationOptions{}, sp)...)
+		if sel, err := metav1.LabelSelectorAsSelector(s.Selector); err == nil && (sel.Empty() || !sel.Matches(labels.Set(s.Template.Labels))) {
+			errs = append(errs, field.Invalid(specPath.Child("template", "metadata", "labels"), s.Template.Labels, "`selector` does not match template `labels`"))
+		}
+	}
+	tp := specPath.Child("template")
+	errs = append(errs, metav1validation.ValidateLabels(s.Template.Labels, tp.Child("metadata", "labels"))...)
+	errs = append(errs, validatePodSpec(&s.Template.Spec, tp.Child("spec"))...)
+	if !oneOf(s.Template.Spec.RestartPolicy, jobRestartPolicies...) {
+		errs = append(errs, field.NotSupported(tp.Child("spec", "restartPolicy"), s.Template.Spec.RestartPolicy, jobRestartPolicies))
+	}
+	var oldSpec *corev1.PodSpec
+	if old != nil {
+		oldSpec = &old.Spec.Template.Spec
+	}
+	errs = append(errs, validateImages(&s.Template.Spec, oldSpec, tp.Child("spec"), opts.ImagePolicy())...)
+	for _, c := range []struct {
+		name string
+		v    *int32
+	}{{"parallelism", s.Parallelism}, {"completions", s.Completions}, {"backoffLimit", s.BackoffLimit}, {"ttlSecondsAfterFinished", s.TTLSecondsAfterFinished}} {
+		if c.v != nil {
+			errs = nonNegative(errs, specPath.Child(c.name), int64(*c.v))
+		}
+	}
+	if s.ActiveDeadlineSeconds != nil {
+		errs = positive(errs, specPath.Child("activeDeadlineSeconds"), *s.ActiveDeadlineSeconds)
+	}
+	if m := s.CompletionMode; m != nil && !oneOf(*m, batchv1.NonIndexedCompletion, batchv1.IndexedCompletion) {
+		errs = append(errs, field.NotSupported(specPath.Child("completionMode"), *m, []batchv1.CompletionMode{batchv1.NonIndexedCompletion, batchv1.IndexedCompletion}))
+	}
+	if m := s.CompletionMode; m != nil && *m == batchv1.IndexedCompletion {
+		errs = append(errs, field.NotSupported(specPath.Child("completionMode"), *m, []batchv1.CompletionMode{batchv1.NonIndexedCompletion}))
+	}
+	if s.BackoffLimitPerIndex != nil || s.MaxFailedIndexes != nil || s.SuccessPolicy != nil {
+		errs = append(errs, field.Forbidden(specPath, "backoffLimitPerIndex, maxFailedIndexes and successPolicy need an Indexed Job, which this hub does not run yet"))
+	}
+	if old != nil {
+		errs = immutable(errs, sp, s.Selector, old.Spec.Selector)
+		errs = immutable(errs, specPath.Child("completionMode"), s.CompletionMode, old.Spec.CompletionMode)
+		if !(old.Spec.Suspend != nil && *old.Spec.Suspend) {
+			errs = immutable(errs, tp, s.Template, old.Spec.Template)
+		}
+	}
+	return errs
+}
+
+func validateJobStatus(st *batchv1.JobStatus) field.ErrorList {
+	var errs field.ErrorList
+	p := field.NewPath("status")
+	for _, c := range []struct {
+		name string
+		v    int32
+	}{{"active", st.Active}, {"succeeded", st.Succeeded}, {"failed", st.Failed}} {
+		errs = nonNegative(errs, p.Child(c.name), int64(c.v))
+	}
+	if st.Ready != nil {
+		errs = nonNegative(errs, p.Child("ready"), int64(*st.Ready))
+	}
+	return errs
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -206,6 +207,8 @@ func podTemplate(obj runtime.Object) (*metav1.ObjectMeta, *corev1.PodSpec) {
 	case *appsv1.ReplicaSet:
 		return &o.Spec.Template.ObjectMeta, &o.Spec.Template.Spec
 	case *appsv1.DaemonSet:
+		return &o.Spec.Template.ObjectMeta, &o.Spec.Template.Spec
+	case *batchv1.Job:
 		return &o.Spec.Template.ObjectMeta, &o.Spec.Template.Spec
 	}
 	return nil, nil

@@ -6,6 +6,7 @@ import (
 	"reflect"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -92,6 +93,8 @@ func ValidateCreate(obj runtime.Object, opts Options) field.ErrorList {
 		return validateDaemonSet(o, nil, opts)
 	case *appsv1.ControllerRevision:
 		return validateControllerRevision(o, nil)
+	case *batchv1.Job:
+		return validateJob(o, nil, opts)
 	case *coordinationv1.Lease:
 		return validateLease(o)
 	case *discoveryv1.EndpointSlice:
@@ -138,6 +141,8 @@ func ValidateUpdate(obj, old runtime.Object, opts Options) field.ErrorList {
 		return append(errs, validateDaemonSet(o, old.(*appsv1.DaemonSet), opts)...)
 	case *appsv1.ControllerRevision:
 		return append(errs, validateControllerRevision(o, old.(*appsv1.ControllerRevision))...)
+	case *batchv1.Job:
+		return append(errs, validateJob(o, old.(*batchv1.Job), opts)...)
 	case *coordinationv1.Lease:
 		return append(errs, validateLeaseSpec(o)...)
 	case *discoveryv1.EndpointSlice:
@@ -173,6 +178,8 @@ func ValidateStatusUpdate(obj, old runtime.Object) field.ErrorList {
 		return append(errs, validateReplicaSetStatus(&o.Status)...)
 	case *appsv1.DaemonSet:
 		return append(errs, validateDaemonSetStatus(&o.Status)...)
+	case *batchv1.Job:
+		return append(errs, validateJobStatus(&o.Status)...)
 	case *v1alpha1.GitSource:
 		return append(errs, validateGitSourceStatus(&o.Status)...)
 	case *corev1.ConfigMap, *corev1.Secret, *corev1.Event, *coordinationv1.Lease, *discoveryv1.EndpointSlice, *appsv1.ControllerRevision:

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -65,6 +66,30 @@ func Describe(obj runtime.Object, facts *diagnose.Facts, style term.Style) (stri
 		w.meta(m)
 		describeDaemonSet(w, o)
 		diag(diagnose.DaemonSet(o, facts))
+	case *batchv1.Job:
+		kind, m = "Job", &o.ObjectMeta
+		w.meta(m)
+		w.line(0, "Selector:\t%s", selector(o.Spec.Selector))
+		w.line(0, "Parallelism:\t%d", ptrOr(o.Spec.Parallelism, 1))
+		if o.Spec.Completions != nil {
+			w.line(0, "Completions:\t%d", *o.Spec.Completions)
+		} else {
+			w.line(0, "Completions:\t<unset>")
+		}
+		w.line(0, "Backoff Limit:\t%d", ptrOr(o.Spec.BackoffLimit, 6))
+		if o.Status.StartTime != nil {
+			w.line(0, "Start Time:\t%s", o.Status.StartTime.UTC().Format(time.RFC1123Z))
+		}
+		if o.Status.CompletionTime != nil {
+			w.line(0, "Completed At:\t%s", o.Status.CompletionTime.UTC().Format(time.RFC1123Z))
+		}
+		w.line(0, "Pods Statuses:\t%d Active / %d Succeeded / %d Failed", o.Status.Active, o.Status.Succeeded, o.Status.Failed)
+		for _, c := range o.Status.Conditions {
+			if c.Status == corev1.ConditionTrue {
+				w.line(0, "Condition:\t%s (%s) %s", c.Type, c.Reason, c.Message)
+			}
+		}
+		describeTemplate(w, &o.Spec.Template)
 	case *appsv1.ControllerRevision:
 		kind, m = "ControllerRevision", &o.ObjectMeta
 		w.meta(m)

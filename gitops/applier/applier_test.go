@@ -171,7 +171,7 @@ func TestApplyIsAllOrNothing(t *testing.T) {
 		"new.yaml":  "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: new}\n",
 		"pod.yaml":  "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c, image: reg.example/app@sha256:" + strings.Repeat("a", 64) + ", bogusField: 1}]\n",
 		"bad.yaml":  "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: 70000}]}\n",
-		"kind.yaml": "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\n",
+		"kind.yaml": "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: j}\n",
 		"dup.yaml":  "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: new, namespace: default}\n",
 	})
 	var es loader.Errors
@@ -179,7 +179,7 @@ func TestApplyIsAllOrNothing(t *testing.T) {
 		t.Fatalf("err = %v, want loader.Errors", err)
 	}
 	msg := err.Error()
-	for _, want := range []string{"kind.yaml:1: Job j: unknown kind", "new.yaml:1: ConfigMap default/new: duplicate object: also defined at dup.yaml:1"} {
+	for _, want := range []string{"kind.yaml:1: PodDisruptionBudget j: unknown kind", "new.yaml:1: ConfigMap default/new: duplicate object: also defined at dup.yaml:1"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("errors do not say %q: %s", want, msg)
 		}

@@ -52,6 +52,9 @@ type Config struct {
 	// kubelet restarts them with its crash-loop backoff and reports them
 	// Running but not Ready (CrashLoopBackOff), whatever probes they have.
 	NeverReady func(*corev1.Pod) bool
+	// Exits picks pods whose containers end by themselves (a Job's work):
+	// they exit with the code returned as soon as they have started.
+	Exits func(*corev1.Pod) (code int32, exits bool)
 	// Logger receives the device's logs and its kubelet's [slog.Default(),
 	// Warn and above].
 	Logger *slog.Logger
@@ -254,11 +257,17 @@ func (d *Device) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("device %s: %w", d.cfg.Name, err)
 	}
-	if d.cfg.NeverReady != nil {
-		rt.neverReady = func(uid string) bool {
-			p, ok := k.Pod(types.UID(uid))
-			return ok && d.cfg.NeverReady(p)
+	rt.exitCode = func(uid string) (int32, bool) {
+		p, ok := k.Pod(types.UID(uid))
+		switch {
+		case !ok:
+			return 0, false
+		case d.cfg.NeverReady != nil && d.cfg.NeverReady(p):
+			return 1, true
+		case d.cfg.Exits != nil:
+			return d.cfg.Exits(p)
 		}
+		return 0, false
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

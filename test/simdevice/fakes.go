@@ -22,12 +22,14 @@ import (
 
 // simRuntime is the fake runtime with a device's behaviour: starting a
 // container takes the ready delay, and the containers of pods that never
-// get Ready exit with code 1 as soon as they have started.
+// get Ready (code 1) or that do batch work end as soon as they have
+// started.
 type simRuntime struct {
 	*kubelettest.Runtime
 	delay time.Duration
-	// neverReady is set before the kubelet runs.
-	neverReady func(podUID string) bool
+	// exitCode says whether a pod's containers end at once, and how; set
+	// before the kubelet runs.
+	exitCode func(podUID string) (int32, bool)
 }
 
 func (r *simRuntime) StartContainer(ctx context.Context, id string) error {
@@ -43,11 +45,13 @@ func (r *simRuntime) StartContainer(ctx context.Context, id string) error {
 	if err := r.Runtime.StartContainer(ctx, id); err != nil {
 		return err
 	}
-	if r.neverReady != nil {
+	if r.exitCode != nil {
 		// Before StartContainer returns, so that the kubelet never sees
 		// the container running (and, with no readiness probe, Ready).
-		if c, err := r.Runtime.ContainerStatus(ctx, id); err == nil && r.neverReady(c.Pod.UID) {
-			_ = r.Runtime.Exit(id, 1)
+		if c, err := r.Runtime.ContainerStatus(ctx, id); err == nil {
+			if code, exits := r.exitCode(c.Pod.UID); exits {
+				_ = r.Runtime.Exit(id, code)
+			}
 		}
 	}
 	return nil

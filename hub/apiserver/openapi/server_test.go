@@ -13,7 +13,7 @@ import (
 
 	openapi_v2 "github.com/google/gnostic-models/openapiv2"
 	"google.golang.org/protobuf/proto"
-	batchv1 "k8s.io/api/batch/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
@@ -44,6 +44,7 @@ var fieldsByKind = map[string]map[string]string{
 	"ReplicaSet":         {"spec.selector.matchLabels": "map", "spec.replicas": "integer"},
 	"DaemonSet":          {"spec.updateStrategy.type": "string", "status.numberReady": "integer"},
 	"ControllerRevision": {"revision": "integer", "data": "map"},
+	"Job":                {"spec.completions": "integer", "spec.template.spec.restartPolicy": "string", "status.succeeded": "integer", "status.conditions.type": "string"},
 	"Lease":              {"spec.holderIdentity": "string", "spec.leaseDurationSeconds": "integer"},
 	"EndpointSlice":      {"endpoints.addresses": "array", "addressType": "string", "ports.port": "integer"},
 	"GitSource":          {"spec.url": "string", "spec.ref.branch": "string", "spec.prune": "boolean", "status.lastAppliedCommit": "string", "status.lastHandledReconcileAt": "string", "status.conditions.type": "string", "status.inventory.kind": "string"},
@@ -553,8 +554,8 @@ func TestETagsAndConditionalRequests(t *testing.T) {
 func TestRefusals(t *testing.T) {
 	_, srv := newTestServer(t)
 	for path, want := range map[string]int{
-		PathV3 + "/apis/batch/v1": http.StatusNotFound,
-		PathV3 + "/":              http.StatusNotFound,
+		PathV3 + "/apis/policy/v1": http.StatusNotFound,
+		PathV3 + "/":               http.StatusNotFound,
 	} {
 		if resp := get(t, srv, path, nil); resp.StatusCode != want {
 			t.Errorf("GET %s: status %d, want %d", path, resp.StatusCode, want)
@@ -606,12 +607,12 @@ func TestNewRefusesWhatItCannotDescribe(t *testing.T) {
 	}
 	// A kind without generated schemas must fail loudly, not serve a
 	// document kubectl cannot use.
-	jobs := &api.Resource{
-		GVR: batchv1.SchemeGroupVersion.WithResource("jobs"), Kind: "Job", ListKind: "JobList", Namespaced: true,
-		New: func() runtime.Object { return &batchv1.Job{} }, NewList: func() runtime.Object { return &batchv1.JobList{} },
+	pdbs := &api.Resource{
+		GVR: policyv1.SchemeGroupVersion.WithResource("poddisruptionbudgets"), Kind: "PodDisruptionBudget", ListKind: "PodDisruptionBudgetList", Namespaced: true,
+		New: func() runtime.Object { return &policyv1.PodDisruptionBudget{} }, NewList: func() runtime.Object { return &policyv1.PodDisruptionBudgetList{} },
 	}
-	if _, err := New([]*api.Resource{jobs}); err == nil || !strings.Contains(err.Error(), "Job") {
-		t.Errorf("New(jobs) = %v, want an error naming the Job type", err)
+	if _, err := New([]*api.Resource{pdbs}); err == nil || !strings.Contains(err.Error(), "PodDisruptionBudget") {
+		t.Errorf("New(poddisruptionbudgets) = %v, want an error naming the PodDisruptionBudget type", err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -598,5 +599,68 @@ func holdReplicaSet(t *testing.T, c kubernetes.Interface, sel string, hold bool)
 	})
 	if err != nil {
 		t.Fatalf("setting the hold finalizer (%v) on the ReplicaSet: %v", hold, err)
+	}
+}
+
+// TestJobsOnDevices: Jobs run to completion on (simulated) devices — one
+// made by a stock `kubectl create job`, one with completions and
+// parallelism — and a Job whose pods keep failing stops at its
+// backoffLimit.
+func TestJobsOnDevices(t *testing.T) {
+	exits := func(p *corev1.Pod) (int32, bool) {
+		switch p.Labels["batch.kubernetes.io/job-name"] {
+		case "":
+			return 0, false
+		case "broken":
+			return 3, true
+		}
+		return 0, true
+	}
+	h, _ := startHub(t, []simdevice.Config{{Name: "shop-a", Exits: exits}, {Name: "shop-b", Exits: exits}})
+	c := h.Client
+	ctx := context.Background()
+	kubectl := testbin.Kubectl(t)
+	if out, err := exec.Command(kubectl, "--kubeconfig", h.KubeconfigPath(), "-n", "default", "create", "job", "export", "--image", image("export")).CombinedOutput(); err != nil {
+		t.Fatalf("kubectl create job: %v\n%s", err, out)
+	}
+	batch := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "sweep", Namespace: "default"},
+		Spec: batchv1.JobSpec{Completions: ptr.To(int32(3)), Parallelism: ptr.To(int32(2)), Template: corev1.PodTemplateSpec{
+			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "sweep", Image: image("sweep")}}}}}}
+	if _, err := c.BatchV1().Jobs("default").Create(ctx, batch, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	broken := batch.DeepCopy()
+	broken.Name, broken.Spec.Completions, broken.Spec.Parallelism, broken.Spec.BackoffLimit = "broken", ptr.To(int32(1)), ptr.To(int32(1)), ptr.To(int32(0))
+	if _, err := c.BatchV1().Jobs("default").Create(ctx, broken, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	condition := func(name string, typ batchv1.JobConditionType) func(ctx context.Context) (bool, error) {
+		return func(ctx context.Context) (bool, error) {
+			j, err := c.BatchV1().Jobs("default").Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, cond := range j.Status.Conditions {
+				if cond.Type == typ && cond.Status == corev1.ConditionTrue {
+					return true, nil
+				}
+			}
+			return false, nil
+		}
+	}
+	waitFor(t, "kubectl's job to complete", 60*time.Second, condition("export", batchv1.JobComplete))
+	waitFor(t, "three completions", 60*time.Second, condition("sweep", batchv1.JobComplete))
+	waitFor(t, "the broken job to fail", 60*time.Second, condition("broken", batchv1.JobFailed))
+	sweep, err := c.BatchV1().Jobs("default").Get(ctx, "sweep", metav1.GetOptions{})
+	if err != nil || sweep.Status.Succeeded != 3 || sweep.Status.CompletionTime == nil {
+		t.Errorf("sweep status %+v (%v)", sweep.Status, err)
+	}
+	bj, _ := c.BatchV1().Jobs("default").Get(ctx, "broken", metav1.GetOptions{})
+	if bj.Status.Failed != 1 || bj.Status.Conditions[len(bj.Status.Conditions)-1].Reason != "BackoffLimitExceeded" {
+		t.Errorf("broken status %+v", bj.Status)
+	}
+	out, err := exec.Command(kubectl, "--kubeconfig", h.KubeconfigPath(), "-n", "default", "get", "jobs").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "Complete") || !strings.Contains(string(out), "3/3") || !strings.Contains(string(out), "Failed") {
+		t.Errorf("kubectl get jobs (%v):\n%s", err, out)
 	}
 }

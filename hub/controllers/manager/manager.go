@@ -18,6 +18,7 @@ import (
 	"flotilla.dev/flotilla/hub/controllers/deployment"
 	"flotilla.dev/flotilla/hub/controllers/endpointslice"
 	"flotilla.dev/flotilla/hub/controllers/garbagecollector"
+	"flotilla.dev/flotilla/hub/controllers/job"
 	"flotilla.dev/flotilla/hub/controllers/nodelifecycle"
 	"flotilla.dev/flotilla/hub/controllers/replicaset"
 	"flotilla.dev/flotilla/hub/scheduler"
@@ -30,6 +31,7 @@ const (
 	Deployment       = deployment.Name
 	ReplicaSet       = replicaset.Name
 	DaemonSet        = daemonset.Name
+	Job              = job.Name
 	EndpointSlice    = endpointslice.Name
 	GarbageCollector = garbagecollector.Name
 	NodeLifecycle    = "nodelifecycle"
@@ -43,7 +45,7 @@ const LeaseName = "flotilla-controller-manager"
 // Kubernetes' worker counts and no leader election.
 type Options struct {
 	// Workers per loop by name; missing loops take Kubernetes' defaults
-	// (deployment 5, replicaset 5, daemonset 2, endpointslice 5,
+	// (deployment 5, replicaset 5, daemonset 2, job 5, endpointslice 5,
 	// garbagecollector 20).
 	Workers map[string]int
 	// Disable lists loops not to run (by the names above).
@@ -63,7 +65,7 @@ type Options struct {
 }
 
 var defaultWorkers = map[string]int{
-	Deployment: 5, ReplicaSet: 5, DaemonSet: 2, EndpointSlice: 5, GarbageCollector: 20,
+	Deployment: 5, ReplicaSet: 5, DaemonSet: 2, Job: 5, EndpointSlice: 5, GarbageCollector: 20,
 }
 
 // Run runs every enabled loop against the API at cfg until ctx ends.
@@ -181,6 +183,10 @@ var loopSpecs = []loopSpec{
 	}},
 	{DaemonSet, "daemonset-controller", func(env loopEnv) (func(context.Context) error, error) {
 		c, err := daemonset.New(env.client, env.factory, env.recorder, daemonset.Options{Logger: env.opts.Logger})
+		return withWorkers(c, err, env.workers)
+	}},
+	{Job, "job-controller", func(env loopEnv) (func(context.Context) error, error) {
+		c, err := job.New(env.client, env.factory, env.recorder, job.Options{Logger: env.opts.Logger})
 		return withWorkers(c, err, env.workers)
 	}},
 	{EndpointSlice, "endpointslice-controller", func(env loopEnv) (func(context.Context) error, error) {

@@ -15,7 +15,7 @@ func TestLoopTableHasEveryLoopOnce(t *testing.T) {
 	for _, s := range loopSpecs {
 		names = append(names, s.name)
 	}
-	want := []string{ReplicaSet, Deployment, DaemonSet, EndpointSlice, GarbageCollector, NodeLifecycle, Scheduler}
+	want := []string{ReplicaSet, Deployment, DaemonSet, Job, EndpointSlice, GarbageCollector, NodeLifecycle, Scheduler}
 	if !slices.Equal(names, want) {
 		t.Fatalf("loops %q, want %q", names, want)
 	}
@@ -32,7 +32,7 @@ func TestDisabledLoopsDoNotRun(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- RunWithClients(context.Background(), client, meta, Options{Disable: []string{
-			ReplicaSet, Deployment, DaemonSet, EndpointSlice, GarbageCollector, NodeLifecycle, Scheduler,
+			ReplicaSet, Deployment, DaemonSet, Job, EndpointSlice, GarbageCollector, NodeLifecycle, Scheduler,
 		}})
 	}()
 	select {
@@ -47,7 +47,7 @@ func TestDisabledLoopsDoNotRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		done <- RunWithClients(ctx, client, meta, Options{Disable: []string{
-			ReplicaSet, DaemonSet, EndpointSlice, GarbageCollector, NodeLifecycle, Scheduler,
+			ReplicaSet, DaemonSet, Job, EndpointSlice, GarbageCollector, NodeLifecycle, Scheduler,
 		}})
 	}()
 	select {
