@@ -421,17 +421,10 @@ func (a *Agent) runStandalone(ctx context.Context) error {
 		return err
 	}
 	a.log.Info("agent started standalone: static pods only, no hub", "version", version.Version, "manifests", a.cfg.ManifestsDir)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errc := make(chan error, 2)
-	go func() { errc <- k.Run(ctx) }()
-	go func() { errc <- a.serveLocal(ctx, k) }()
-	err = <-errc
-	cancel()
-	if err2 := <-errc; err == nil {
-		err = err2
-	}
-	return err
+	return run.Group{Loops: []run.Loop{
+		{Name: "kubelet", Run: k.Run},
+		{Name: "local server", Run: func(ctx context.Context) error { return a.serveLocal(ctx, k) }},
+	}}.Run(ctx)
 }
 
 // waitContainerd waits for containerd to answer and returns its version
@@ -475,7 +468,6 @@ func (a *Agent) ready(ctx context.Context) error {
 func (a *Agent) runPods(ctx context.Context, client hubclient.Interface, shared *hubclient.Informers, nd *node.Node, rt *runtime.Runtime, puller *registry.Puller, store *localstore.Store, statics *staticPods) error {
 	cidrPath := filepath.Join(a.cfg.DataDir, podCIDRFile)
 	cidr := readCIDR(cidrPath)
-	errc := make(chan error, 3)
 	if cidr == "" {
 		a.log.Info("waiting for the hub to assign a pod CIDR")
 		var err error
@@ -487,18 +479,18 @@ func (a *Agent) runPods(ctx context.Context, client hubclient.Interface, shared 
 		}
 	}
 	// The range the device remembers may have changed on the hub
-	// meanwhile (a Node made again gets another), or may change later.
-	go func() {
+	// meanwhile (a Node made again gets another), or may change later:
+	// the agent then starts over on the new one.
+	watchCIDR := func(ctx context.Context) error {
 		hub, err := nd.PodCIDRChange(ctx, cidr)
 		if err != nil {
-			return
+			return nil // ctx ended
 		}
 		if err := writeCIDR(cidrPath, hub); err != nil {
-			errc <- err
-			return
+			return err
 		}
-		errc <- fmt.Errorf("%w (from %s to %s)", ErrPodCIDRChanged, cidr, hub)
-	}()
+		return fmt.Errorf("%w (from %s to %s)", ErrPodCIDRChanged, cidr, hub)
+	}
 	netCfg := cni.Config{ConfDir: a.cfg.CNIConfDir, BinDirs: a.cfg.CNIBinDirs, PodCIDR: cidr}
 	var moved bool
 	if err := a.inNetNS(func() error {
@@ -533,11 +525,6 @@ func (a *Agent) runPods(ctx context.Context, client hubclient.Interface, shared 
 		return fmt.Errorf("cluster DNS: %w", err)
 	}
 	shared.Start(ctx.Done())
-	go func() {
-		if err := dnsSrv.Run(ctx); err != nil && ctx.Err() == nil {
-			errc <- fmt.Errorf("cluster DNS: %w", err)
-		}
-	}()
 	a.networkReady.Store(true)
 	a.log.Info("pod network configured", "podCIDR", cidr, "conf", network.ConfFile())
 	var hostIPs []string
@@ -552,13 +539,12 @@ func (a *Agent) runPods(ctx context.Context, client hubclient.Interface, shared 
 	if err != nil {
 		return err
 	}
-	go func() { errc <- k.Run(ctx) }()
-	go func() {
-		if err := a.serveLocal(ctx, k); err != nil {
-			errc <- err
-		}
-	}()
-	return <-errc
+	return run.Group{Loops: []run.Loop{
+		{Name: "pod CIDR", Run: watchCIDR},
+		{Name: "cluster DNS", Run: dnsSrv.Run},
+		{Name: "kubelet", Run: k.Run},
+		{Name: "local server", Run: func(ctx context.Context) error { return a.serveLocal(ctx, k) }},
+	}}.Run(ctx)
 }
 
 // inNetNS runs fn in the pod network's namespace.
