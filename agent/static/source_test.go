@@ -182,9 +182,8 @@ func TestPodAppearsChangesAndGoes(t *testing.T) {
 	if got, ok := src.Get(uid1); !ok || got != p {
 		t.Fatal("Get by UID")
 	}
-	if !n.has(uid1) {
-		t.Fatal("no notify for the added pod")
-	}
+	// The pod is published before its notify is called: wait for it.
+	waitFor(t, "a notify for the added pod", func() bool { return n.has(uid1) })
 
 	// An agent restart reads the same file to the same UID, so it adopts
 	// the running containers.
@@ -336,9 +335,7 @@ func TestFileThatTurnsBadStopsItsPods(t *testing.T) {
 	if !strings.Contains(logs.String(), "stopping its pods") {
 		t.Fatalf("no clear log that the pods stop:\n%s", logs)
 	}
-	if !n.has(p.UID) {
-		t.Fatal("no notify")
-	}
+	waitFor(t, "a notify for the removed pod", func() bool { return n.has(p.UID) })
 
 	writeFile(t, file, good)
 	waitFor(t, "pod back", func() bool { q := podNamed(src, "web-"+node); return q != nil && q.UID == p.UID })
