@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -198,4 +199,52 @@ func loadConfList(path string) (*libcni.NetworkConfigList, error) {
 		return nil, fmt.Errorf("%w: %s: %v", ErrConfig, path, err)
 	}
 	return l, nil
+}
+
+// ReadGenerated reads back the conflist at path when DefaultConfList wrote
+// it, as the Config it was rendered from (network name, bridge, pod CIDR,
+// IPAM dir), so that whoever undoes the network (flotilla-agent cleanup)
+// knows it without parsing the file again; nil, nil when there is no such
+// file or it is an administrator's.
+func ReadGenerated(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the CNI configuration: %w", err)
+	}
+	var list struct {
+		Name      string            `json:"name"`
+		Generated bool              `json:"flotilla.dev/generated"`
+		Plugins   []json.RawMessage `json:"plugins"`
+	}
+	if json.Unmarshal(b, &list) != nil || !list.Generated {
+		// Not ours (ours is always valid JSON with the mark): leave it.
+		return nil, nil
+	}
+	c := &Config{ConfDir: filepath.Dir(path), NetworkName: list.Name, BridgeName: DefaultBridge, IPAMDataDir: DefaultIPAMDataDir}
+	for _, raw := range list.Plugins {
+		var p struct {
+			Type   string `json:"type"`
+			Bridge string `json:"bridge"`
+			IPAM   struct {
+				Ranges  [][]struct{ Subnet string } `json:"ranges"`
+				DataDir string                      `json:"dataDir"`
+			} `json:"ipam"`
+		}
+		if json.Unmarshal(raw, &p) != nil || p.Type != "bridge" {
+			continue
+		}
+		if p.Bridge != "" {
+			c.BridgeName = p.Bridge
+		}
+		if p.IPAM.DataDir != "" {
+			c.IPAMDataDir = p.IPAM.DataDir
+		}
+		if len(p.IPAM.Ranges) > 0 && len(p.IPAM.Ranges[0]) > 0 {
+			c.PodCIDR = p.IPAM.Ranges[0][0].Subnet
+		}
+	}
+	return c, nil
 }

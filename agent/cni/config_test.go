@@ -74,3 +74,29 @@ func TestEnsureDefaultConfig(t *testing.T) {
 		t.Fatalf("bad CIDR: %v", err)
 	}
 }
+
+// TestReadGenerated: the conflist DefaultConfList writes reads back as the
+// Config it came from; an administrator's file, or none, reads as nothing.
+func TestReadGenerated(t *testing.T) {
+	dir := t.TempDir()
+	b, err := DefaultConfList(Config{PodCIDR: "10.42.3.0/24", BridgeName: "flt-x0", IPAMDataDir: "/tmp/ipam"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := filepath.Join(dir, DefaultConfFile)
+	os.WriteFile(ours, b, 0o644)
+	gen, err := ReadGenerated(ours)
+	if err != nil || gen == nil {
+		t.Fatalf("generated: %v %v", gen, err)
+	}
+	if gen.NetworkName != "flotilla" || gen.BridgeName != "flt-x0" || gen.PodCIDR != "10.42.3.0/24" || gen.IPAMDataDir != "/tmp/ipam" || gen.ConfDir != dir {
+		t.Errorf("generated = %+v", *gen)
+	}
+	admin := filepath.Join(dir, "admin.conflist")
+	os.WriteFile(admin, []byte(`{"cniVersion":"1.0.0","name":"flotilla","plugins":[{"type":"bridge","bridge":"br0"}]}`), 0o644)
+	for _, p := range []string{admin, filepath.Join(dir, "missing.conflist")} {
+		if gen, err := ReadGenerated(p); gen != nil || err != nil {
+			t.Errorf("%s: %+v %v, want nothing", p, gen, err)
+		}
+	}
+}

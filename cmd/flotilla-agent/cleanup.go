@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -290,12 +289,12 @@ func (c *cleaner) sandboxes(ctx context.Context, rt *runtime.Runtime, pods map[s
 // as it is; without it, the pod CIDR the agent recorded is used.
 func (c *cleaner) cniNetwork() (*cni.Network, error) {
 	cfg := cni.Config{ConfDir: c.cfg.CNIConfDir, BinDirs: c.cfg.CNIBinDirs, CacheDir: c.cfg.CNICacheDir}
-	gen, err := readGenerated(filepath.Join(c.cfg.CNIConfDir, cni.DefaultConfFile))
+	gen, err := cni.ReadGenerated(filepath.Join(c.cfg.CNIConfDir, cni.DefaultConfFile))
 	if err != nil {
 		return nil, err
 	}
 	if gen != nil {
-		cfg.PodCIDR, cfg.NetworkName, cfg.BridgeName, cfg.IPAMDataDir = gen.Subnet, gen.Name, gen.Bridge, gen.IPAMDataDir
+		cfg.PodCIDR, cfg.NetworkName, cfg.BridgeName, cfg.IPAMDataDir = gen.PodCIDR, gen.NetworkName, gen.BridgeName, gen.IPAMDataDir
 	} else if b, err := os.ReadFile(filepath.Join(c.cfg.DataDir, "pod-cidr")); err == nil {
 		cfg.PodCIDR = strings.TrimSpace(string(b))
 	}
@@ -398,7 +397,7 @@ func (c *cleaner) namespace(ctx context.Context, client *containerd.Client) {
 // again still knows the bridge is Flotilla's.
 func (c *cleaner) network() {
 	path := filepath.Join(c.cfg.CNIConfDir, cni.DefaultConfFile)
-	gen, err := readGenerated(path)
+	gen, err := cni.ReadGenerated(path)
 	if err != nil {
 		c.fail(err)
 		return
@@ -407,16 +406,16 @@ func (c *cleaner) network() {
 		return
 	}
 	var bridgeErr error
-	if gen.Bridge != "" {
+	if gen.BridgeName != "" {
 		var gone bool
 		bridgeErr = c.inNet(func() error {
 			var err error
-			gone, err = removeBridge(gen.Bridge)
+			gone, err = removeBridge(gen.BridgeName)
 			return err
 		})
 		c.fail(bridgeErr)
 		if gone {
-			c.removed("bridge %s", gen.Bridge)
+			c.removed("bridge %s", gen.BridgeName)
 		}
 	}
 	if dir, err := pruneIPAM(gen); err != nil {
@@ -432,60 +431,6 @@ func (c *cleaner) network() {
 		return
 	}
 	c.removed("CNI configuration %s", path)
-}
-
-// generatedConf is what cleanup needs of Flotilla's generated conflist
-// (cni.DefaultConfList).
-type generatedConf struct {
-	Name        string
-	Bridge      string
-	Subnet      string
-	IPAMDataDir string
-}
-
-// readGenerated reads path when it is Flotilla's generated conflist; nil
-// when there is no such file or an administrator's file has its name.
-func readGenerated(path string) (*generatedConf, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading the CNI configuration: %w", err)
-	}
-	var raw struct {
-		Name      string `json:"name"`
-		Generated bool   `json:"flotilla.dev/generated"`
-		Plugins   []struct {
-			Type   string `json:"type"`
-			Bridge string `json:"bridge"`
-			IPAM   struct {
-				Ranges  [][]struct{ Subnet string } `json:"ranges"`
-				DataDir string                      `json:"dataDir"`
-			} `json:"ipam"`
-		} `json:"plugins"`
-	}
-	if err := json.Unmarshal(b, &raw); err != nil || !raw.Generated {
-		// Not ours (ours is always valid JSON with the mark): leave it.
-		return nil, nil
-	}
-	gen := &generatedConf{Name: raw.Name}
-	for _, p := range raw.Plugins {
-		if p.Type != "bridge" {
-			continue
-		}
-		gen.Bridge, gen.IPAMDataDir = p.Bridge, p.IPAM.DataDir
-		if len(p.IPAM.Ranges) > 0 && len(p.IPAM.Ranges[0]) > 0 {
-			gen.Subnet = p.IPAM.Ranges[0][0].Subnet
-		}
-	}
-	if gen.Bridge == "" {
-		gen.Bridge = cni.DefaultBridge // the bridge plugin's own default is cni0; ours always names it
-	}
-	if gen.IPAMDataDir == "" {
-		gen.IPAMDataDir = cni.DefaultIPAMDataDir
-	}
-	return gen, nil
 }
 
 // removeBridge deletes the bridge name when it is one and no interface is
@@ -526,8 +471,8 @@ func removeBridge(name string) (gone bool, err error) {
 // teardown left, and the network's IPAM directory when nothing else is
 // in it: other devices sharing the directory (one per pod CIDR) keep
 // theirs. It returns the directory when it removed it.
-func pruneIPAM(gen *generatedConf) (string, error) {
-	dir := filepath.Join(gen.IPAMDataDir, gen.Name)
+func pruneIPAM(gen *cni.Config) (string, error) {
+	dir := filepath.Join(gen.IPAMDataDir, gen.NetworkName)
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
@@ -535,7 +480,7 @@ func pruneIPAM(gen *generatedConf) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("reading the IPAM state: %w", err)
 	}
-	_, subnet, _ := net.ParseCIDR(gen.Subnet)
+	_, subnet, _ := net.ParseCIDR(gen.PodCIDR)
 	var errs []error
 	others := 0
 	for _, e := range ents {

@@ -98,33 +98,9 @@ registries:
 	}
 }
 
-func TestReadGenerated(t *testing.T) {
-	dir := t.TempDir()
-	b, err := cni.DefaultConfList(cni.Config{PodCIDR: "10.42.3.0/24", BridgeName: "flt-x0", IPAMDataDir: "/tmp/ipam"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ours := filepath.Join(dir, cni.DefaultConfFile)
-	os.WriteFile(ours, b, 0o644)
-	gen, err := readGenerated(ours)
-	if err != nil || gen == nil {
-		t.Fatalf("generated: %v %v", gen, err)
-	}
-	if want := (generatedConf{Name: "flotilla", Bridge: "flt-x0", Subnet: "10.42.3.0/24", IPAMDataDir: "/tmp/ipam"}); *gen != want {
-		t.Errorf("generated = %+v, want %+v", *gen, want)
-	}
-	admin := filepath.Join(dir, "admin.conflist")
-	os.WriteFile(admin, []byte(`{"cniVersion":"1.0.0","name":"flotilla","plugins":[{"type":"bridge","bridge":"br0"}]}`), 0o644)
-	for _, p := range []string{admin, filepath.Join(dir, "missing.conflist")} {
-		if gen, err := readGenerated(p); gen != nil || err != nil {
-			t.Errorf("%s: %+v %v, want nothing", p, gen, err)
-		}
-	}
-}
-
 func TestPruneIPAM(t *testing.T) {
 	dir := t.TempDir()
-	gen := &generatedConf{Name: "flotilla", Subnet: "10.42.3.0/24", IPAMDataDir: dir}
+	gen := &cni.Config{NetworkName: "flotilla", PodCIDR: "10.42.3.0/24", IPAMDataDir: dir}
 	state := filepath.Join(dir, "flotilla")
 	write := func(names ...string) {
 		os.MkdirAll(state, 0o755)
