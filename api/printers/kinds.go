@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
+	ptrs "k8s.io/utils/ptr"
 
 	"flotilla.dev/flotilla/api/podutil"
 	"flotilla.dev/flotilla/api/v1alpha1"
@@ -350,7 +351,7 @@ func jobCells(j *batchv1.Job, now time.Time) []any {
 	if j.DeletionTimestamp != nil {
 		status = "Terminating"
 	}
-	completions := fmt.Sprintf("%d/1 of %d", j.Status.Succeeded, ptrOr(j.Spec.Parallelism, 1))
+	completions := fmt.Sprintf("%d/1 of %d", j.Status.Succeeded, ptrs.Deref(j.Spec.Parallelism, 1))
 	if j.Spec.Completions != nil {
 		completions = fmt.Sprintf("%d/%d", j.Status.Succeeded, *j.Spec.Completions)
 	}
@@ -363,13 +364,6 @@ func jobCells(j *batchv1.Job, now time.Time) []any {
 		dur = duration.HumanDuration(end.Sub(st.Time))
 	}
 	return []any{j.Name, status, completions, dur, age(j.CreationTimestamp, now), names, images, selector(j.Spec.Selector)}
-}
-
-func ptrOr(p *int32, def int32) int32 {
-	if p == nil {
-		return def
-	}
-	return *p
 }
 
 func controllerRevisionCells(r *appsv1.ControllerRevision, now time.Time) []any {

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -40,10 +39,10 @@ const Name = "daemonset"
 
 // Event reasons, as Kubernetes words them.
 const (
-	ReasonSuccessfulCreate = "SuccessfulCreate"
-	ReasonFailedCreate     = "FailedCreate"
-	ReasonSuccessfulDelete = "SuccessfulDelete"
-	ReasonFailedDelete     = "FailedDelete"
+	ReasonSuccessfulCreate = controllerutil.ReasonSuccessfulCreate
+	ReasonFailedCreate     = controllerutil.ReasonFailedCreate
+	ReasonSuccessfulDelete = controllerutil.ReasonSuccessfulDelete
+	ReasonFailedDelete     = controllerutil.ReasonFailedDelete
 	ReasonFailedDaemonPod  = "FailedDaemonPod"
 	ReasonSelectingAll     = "SelectingAll"
 	// ReasonPrepull: devices were asked to pull a new revision's images.
@@ -72,6 +71,7 @@ type Controller struct {
 	burst      int
 	log        *slog.Logger
 	exp        *controllerutil.Expectations
+	podControl *controllerutil.PodControl
 	// failedBackoff spaces out the deletion of failed daemon pods per
 	// node, so a node that keeps rejecting the pod is not hot-looped.
 	failedBackoff *flowcontrol.Backoff
@@ -108,6 +108,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 		exp:           controllerutil.NewExpectations(opts.Clock),
 		failedBackoff: flowcontrol.NewFakeBackOff(time.Second, 15*time.Minute, opts.Clock),
 	}
+	c.podControl = &controllerutil.PodControl{Client: client, Recorder: recorder, Expectations: c.exp}
 	c.loop = controlloop.New(Name, c.sync, controlloop.Options{Logger: opts.Logger})
 	if _, err := dsInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.loop.Enqueue,
@@ -258,16 +259,9 @@ func (c *Controller) nodeToPods(ctx context.Context, ds *appsv1.DaemonSet, selec
 			Patch: func(ctx context.Context, name string, data []byte) (*corev1.Pod, error) {
 				return c.client.CoreV1().Pods(ds.Namespace).Patch(ctx, name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
 			},
-			CanAdopt: func(ctx context.Context) error {
-				fresh, err := c.client.AppsV1().DaemonSets(ds.Namespace).Get(ctx, ds.Name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				if fresh.UID != ds.UID || fresh.DeletionTimestamp != nil {
-					return fmt.Errorf("daemonset %s/%s is being deleted or was recreated", ds.Namespace, ds.Name)
-				}
-				return nil
-			},
+			CanAdopt: controllerutil.StillOwner(ds, func(ctx context.Context) (metav1.Object, error) {
+				return c.client.AppsV1().DaemonSets(ds.Namespace).Get(ctx, ds.Name, metav1.GetOptions{})
+			}),
 		}
 		if pods, err = claimer.Claim(ctx, all); err != nil {
 			return nil, err
@@ -415,56 +409,10 @@ func (c *Controller) syncNodes(ctx context.Context, ds *appsv1.DaemonSet, del []
 		delKeys[i] = controlloop.ObjectKey(p)
 	}
 	c.exp.Expect(key, len(create), delKeys)
-
-	var errs []error
-	var mu sync.Mutex
-	next := 0
-	created, err := controllerutil.SlowStartBatch(len(create), 1, func() error {
-		mu.Lock()
-		node := create[next]
-		next++
-		mu.Unlock()
-		pod := newPod(ds, node, hash)
-		out, err := c.client.CoreV1().Pods(ds.Namespace).Create(ctx, pod, metav1.CreateOptions{})
-		if err != nil {
-			if apierrors.IsTimeout(err) {
-				return nil
-			}
-			c.recorder.Eventf(ds, corev1.EventTypeWarning, ReasonFailedCreate, "Error creating: %v", err)
-			return fmt.Errorf("create daemon pod for node %s: %w", node, err)
-		}
-		c.recorder.Eventf(ds, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created pod: %v", out.Name)
-		return nil
+	_, createErr := c.podControl.CreatePods(ctx, ds, key, len(create), func(i int) (*corev1.Pod, error) {
+		return newPod(ds, create[i], hash), nil
 	})
-	for range len(create) - created {
-		c.exp.CreationObserved(key)
-	}
-	if err != nil {
-		errs = append(errs, err)
-	}
-
-	var wg sync.WaitGroup
-	for _, p := range del {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
-			switch {
-			case err == nil:
-				c.recorder.Eventf(ds, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted pod: %v", p.Name)
-			case apierrors.IsNotFound(err):
-				c.exp.DeletionObserved(key, controlloop.ObjectKey(p))
-			default:
-				c.exp.DeletionObserved(key, controlloop.ObjectKey(p))
-				c.recorder.Eventf(ds, corev1.EventTypeWarning, ReasonFailedDelete, "Error deleting: %v", err)
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("delete daemon pod %s: %w", controlloop.ObjectKey(p), err))
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return errors.Join(createErr, c.podControl.DeletePods(ctx, ds, key, del))
 }
 
 func desiredCount(ds *appsv1.DaemonSet, nodes []*corev1.Node) int {

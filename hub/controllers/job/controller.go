@@ -2,11 +2,9 @@ package job
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
-	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -38,9 +36,6 @@ var GVK = batchv1.SchemeGroupVersion.WithKind("Job")
 
 // Event reasons, as Kubernetes' Job controller's.
 const (
-	ReasonSuccessfulCreate     = "SuccessfulCreate"
-	ReasonFailedCreate         = "FailedCreate"
-	ReasonSuccessfulDelete     = "SuccessfulDelete"
 	ReasonCompleted            = "Completed"
 	ReasonBackoffLimitExceeded = "BackoffLimitExceeded"
 	ReasonDeadlineExceeded     = "DeadlineExceeded"
@@ -70,6 +65,7 @@ type Controller struct {
 	clock     clock.Clock
 	log       *slog.Logger
 	exp       *controllerutil.Expectations
+	pods      *controllerutil.PodControl
 	loop      *controlloop.Loop
 	podEvents *controllerutil.OwnerEvents[*batchv1.Job, *corev1.Pod]
 }
@@ -88,6 +84,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 		client: client, jobLister: jobInf.Lister(), podLister: podInf.Lister(), recorder: recorder,
 		clock: opts.Clock, log: opts.Logger.With("controller", Name), exp: controllerutil.NewExpectations(opts.Clock),
 	}
+	c.pods = &controllerutil.PodControl{Client: client, Recorder: recorder, Expectations: c.exp}
 	c.loop = controlloop.New(Name, c.sync, controlloop.Options{Logger: opts.Logger})
 	if _, err := jobInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.loop.Enqueue,
@@ -267,7 +264,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		}
 		c.loop.EnqueueAfter(key, deadline.Sub(now))
 	}
-	if limit := ptrOr(job.Spec.BackoffLimit, 6); st.Failed > limit {
+	if limit := ptr.Deref(job.Spec.BackoffLimit, 6); st.Failed > limit {
 		return c.fail(ctx, job, st, active, ReasonBackoffLimitExceeded, "Job has reached the specified backoff limit", now)
 	}
 	completions := job.Spec.Completions
@@ -286,7 +283,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		}
 		return c.expire(ctx, job, now, now)
 	}
-	want := ptrOr(job.Spec.Parallelism, 1)
+	want := ptr.Deref(job.Spec.Parallelism, 1)
 	switch {
 	case completions != nil:
 		want = min(want, *completions-st.Succeeded)
@@ -433,16 +430,9 @@ func (c *Controller) claim(ctx context.Context, job *batchv1.Job, selector label
 		Patch: func(ctx context.Context, name string, data []byte) (*corev1.Pod, error) {
 			return c.client.CoreV1().Pods(job.Namespace).Patch(ctx, name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
 		},
-		CanAdopt: func(ctx context.Context) error {
-			fresh, err := c.client.BatchV1().Jobs(job.Namespace).Get(ctx, job.Name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if fresh.UID != job.UID || fresh.DeletionTimestamp != nil {
-				return fmt.Errorf("job %s/%s is being deleted or was recreated", job.Namespace, job.Name)
-			}
-			return nil
-		},
+		CanAdopt: controllerutil.StillOwner(job, func(ctx context.Context) (metav1.Object, error) {
+			return c.client.BatchV1().Jobs(job.Namespace).Get(ctx, job.Name, metav1.GetOptions{})
+		}),
 	}
 	return claimer.Claim(ctx, all)
 }
@@ -450,23 +440,9 @@ func (c *Controller) claim(ctx context.Context, job *batchv1.Job, selector label
 func (c *Controller) createPods(ctx context.Context, job *batchv1.Job, n int) (int, error) {
 	key := controlloop.ObjectKey(job)
 	c.exp.ExpectCreations(key, n)
-	created, err := controllerutil.SlowStartBatch(n, 1, func() error {
-		pod := controllerutil.PodFromTemplate(&job.Spec.Template, job, GVK)
-		out, err := c.client.CoreV1().Pods(job.Namespace).Create(ctx, pod, metav1.CreateOptions{})
-		if err != nil {
-			if apierrors.IsTimeout(err) {
-				return nil
-			}
-			c.recorder.Eventf(job, corev1.EventTypeWarning, ReasonFailedCreate, "Error creating: %v", err)
-			return fmt.Errorf("create pod of job %s: %w", key, err)
-		}
-		c.recorder.Eventf(job, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created pod: %v", out.Name)
-		return nil
+	return c.pods.CreatePods(ctx, job, key, n, func(int) (*corev1.Pod, error) {
+		return controllerutil.PodFromTemplate(&job.Spec.Template, job, GVK), nil
 	})
-	for range n - created {
-		c.exp.CreationObserved(key)
-	}
-	return created, err
 }
 
 func (c *Controller) deletePods(ctx context.Context, job *batchv1.Job, pods []*corev1.Pod) error {
@@ -479,29 +455,7 @@ func (c *Controller) deletePods(ctx context.Context, job *batchv1.Job, pods []*c
 		keys[i] = controlloop.ObjectKey(p)
 	}
 	c.exp.ExpectDeletions(key, keys)
-	var mu sync.Mutex
-	var errs []error
-	var wg sync.WaitGroup
-	for _, p := range pods {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
-			switch {
-			case err == nil:
-				c.recorder.Eventf(job, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted pod: %v", p.Name)
-			case apierrors.IsNotFound(err):
-				c.exp.DeletionObserved(key, controlloop.ObjectKey(p))
-			default:
-				c.exp.DeletionObserved(key, controlloop.ObjectKey(p))
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("delete pod %s of job %s: %w", p.Name, key, err))
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return c.pods.DeletePods(ctx, job, key, pods)
 }
 
 func (c *Controller) writeStatus(ctx context.Context, job *batchv1.Job, st *batchv1.JobStatus) error {
@@ -518,11 +472,4 @@ func (c *Controller) writeStatus(ctx context.Context, job *batchv1.Job, st *batc
 		return fmt.Errorf("job %s/%s status: %w", job.Namespace, job.Name, err)
 	}
 	return nil
-}
-
-func ptrOr(p *int32, def int32) int32 {
-	if p == nil {
-		return def
-	}
-	return *p
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -37,10 +36,10 @@ const DefaultBurstReplicas = 500
 
 // Event reasons, as Kubernetes words them.
 const (
-	ReasonSuccessfulCreate = "SuccessfulCreate"
-	ReasonFailedCreate     = "FailedCreate"
-	ReasonSuccessfulDelete = "SuccessfulDelete"
-	ReasonFailedDelete     = "FailedDelete"
+	ReasonSuccessfulCreate = controllerutil.ReasonSuccessfulCreate
+	ReasonFailedCreate     = controllerutil.ReasonFailedCreate
+	ReasonSuccessfulDelete = controllerutil.ReasonSuccessfulDelete
+	ReasonFailedDelete     = controllerutil.ReasonFailedDelete
 )
 
 // GVK is the kind written into the ownerReferences of the pods.
@@ -57,15 +56,16 @@ type Options struct {
 
 // Controller is the ReplicaSet loop.
 type Controller struct {
-	client    kubernetes.Interface
-	rsLister  appslisters.ReplicaSetLister
-	podLister corelisters.PodLister
-	recorder  record.EventRecorder
-	clock     clock.Clock
-	burst     int
-	log       *slog.Logger
-	exp       *controllerutil.Expectations
-	loop      *controlloop.Loop
+	client     kubernetes.Interface
+	rsLister   appslisters.ReplicaSetLister
+	podLister  corelisters.PodLister
+	recorder   record.EventRecorder
+	clock      clock.Clock
+	burst      int
+	log        *slog.Logger
+	exp        *controllerutil.Expectations
+	podControl *controllerutil.PodControl
+	loop       *controlloop.Loop
 	// podEvents wakes a ReplicaSet for the events of its pods.
 	podEvents *controllerutil.OwnerEvents[*appsv1.ReplicaSet, *corev1.Pod]
 }
@@ -94,6 +94,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 		log:       opts.Logger.With("controller", Name),
 		exp:       controllerutil.NewExpectations(opts.Clock),
 	}
+	c.podControl = &controllerutil.PodControl{Client: client, Recorder: recorder, Expectations: c.exp}
 	c.loop = controlloop.New(Name, c.sync, controlloop.Options{Logger: opts.Logger})
 	if _, err := rsInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.loop.Enqueue,
@@ -173,19 +174,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		Patch: func(ctx context.Context, name string, data []byte) (*corev1.Pod, error) {
 			return c.client.CoreV1().Pods(ns).Patch(ctx, name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
 		},
-		CanAdopt: func(ctx context.Context) error {
-			fresh, err := c.client.AppsV1().ReplicaSets(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if fresh.UID != rs.UID {
-				return fmt.Errorf("replicaset %s was deleted and recreated (uid %s, now %s)", key, rs.UID, fresh.UID)
-			}
-			if fresh.DeletionTimestamp != nil {
-				return fmt.Errorf("replicaset %s is being deleted", key)
-			}
-			return nil
-		},
+		CanAdopt: controllerutil.StillOwner(rs, func(ctx context.Context) (metav1.Object, error) {
+			return c.client.AppsV1().ReplicaSets(ns).Get(ctx, name, metav1.GetOptions{})
+		}),
 	}
 	pods, claimErr := claimer.Claim(ctx, active)
 
@@ -215,12 +206,13 @@ func (c *Controller) manageReplicas(ctx context.Context, pods []*corev1.Pod, rs 
 	case diff < 0:
 		n := min(-diff, c.burst)
 		c.exp.ExpectCreations(key, n)
-		created, err := controllerutil.SlowStartBatch(n, 1, func() error { return c.createPod(ctx, rs) })
-		// The creations that were never attempted or failed will never be
-		// observed: stop waiting for them.
-		for range n - created {
-			c.exp.CreationObserved(key)
-		}
+		_, err := c.podControl.CreatePods(ctx, rs, key, n, func(int) (*corev1.Pod, error) {
+			pod := controllerutil.PodFromTemplate(&rs.Spec.Template, rs, GVK)
+			if len(pod.Labels) == 0 {
+				return nil, fmt.Errorf("replicaset %s: the pod template has no labels, so its pods could never be counted", key)
+			}
+			return pod, nil
+		})
 		return err
 	case diff > 0:
 		n := min(diff, c.burst)
@@ -230,23 +222,7 @@ func (c *Controller) manageReplicas(ctx context.Context, pods []*corev1.Pod, rs 
 			keys[i] = controlloop.ObjectKey(p)
 		}
 		c.exp.ExpectDeletions(key, keys)
-		var mu sync.Mutex
-		var errs []error
-		var wg sync.WaitGroup
-		for _, p := range victims {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := c.deletePodForRS(ctx, rs, p); err != nil {
-					c.exp.DeletionObserved(key, controlloop.ObjectKey(p))
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-				}
-			}()
-		}
-		wg.Wait()
-		return errors.Join(errs...)
+		return c.podControl.DeletePods(ctx, rs, key, victims)
 	}
 	return nil
 }
@@ -278,45 +254,6 @@ func (c *Controller) relatedPods(rs *appsv1.ReplicaSet) []*corev1.Pod {
 		}
 	}
 	return out
-}
-
-func (c *Controller) createPod(ctx context.Context, rs *appsv1.ReplicaSet) error {
-	pod := controllerutil.PodFromTemplate(&rs.Spec.Template, rs, GVK)
-	if len(pod.Labels) == 0 {
-		err := fmt.Errorf("replicaset %s/%s: the pod template has no labels, so its pods could never be counted", rs.Namespace, rs.Name)
-		c.recorder.Eventf(rs, corev1.EventTypeWarning, ReasonFailedCreate, "Error creating: %v", err)
-		return err
-	}
-	created, err := c.client.CoreV1().Pods(rs.Namespace).Create(ctx, pod, metav1.CreateOptions{})
-	if err != nil {
-		if apierrors.IsTimeout(err) {
-			// The create may have happened; the watch will tell, or the
-			// expectation times out.
-			return nil
-		}
-		c.recorder.Eventf(rs, corev1.EventTypeWarning, ReasonFailedCreate, "Error creating: %v", err)
-		return fmt.Errorf("create pod for replicaset %s/%s: %w", rs.Namespace, rs.Name, err)
-	}
-	c.recorder.Eventf(rs, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created pod: %v", created.Name)
-	return nil
-}
-
-func (c *Controller) deletePodForRS(ctx context.Context, rs *appsv1.ReplicaSet, p *corev1.Pod) error {
-	err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &p.UID},
-	})
-	switch {
-	case err == nil:
-		c.recorder.Eventf(rs, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted pod: %v", p.Name)
-		return nil
-	case apierrors.IsNotFound(err):
-		// Already gone: the deletion event may never come for it.
-		c.exp.DeletionObserved(controlloop.ObjectKey(rs), controlloop.ObjectKey(p))
-		return nil
-	default:
-		c.recorder.Eventf(rs, corev1.EventTypeWarning, ReasonFailedDelete, "Error deleting: %v", err)
-		return fmt.Errorf("delete pod %s/%s of replicaset %s: %w", p.Namespace, p.Name, rs.Name, err)
-	}
 }
 
 // CalculateStatus is the ReplicaSet status for the claimed, active pods.
