@@ -165,16 +165,8 @@ func EnsureDefaultConfig(c Config) (path string, written bool, err error) {
 }
 
 func generated(path string) bool {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return false
-	}
-	var m map[string]any
-	if json.Unmarshal(b, &m) != nil {
-		return false
-	}
-	v, _ := m[generatedKey].(bool)
-	return v
+	c, err := ReadGenerated(path)
+	return err == nil && c != nil
 }
 
 // loadConfList reads a .conflist, or wraps a single-plugin .conf/.json.
