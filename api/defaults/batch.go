@@ -48,7 +48,7 @@ func job(j *batchv1.Job) {
 	}
 	// The selector is generated from the Job's UID, which the apiserver
 	// sets before defaulting a create.
-	JobSelector(j)
+	jobSelector(j)
 	// A Job's template gets no restartPolicy default: it must say Never
 	// or OnFailure (validation says so), as in Kubernetes.
 	rp := s.Template.Spec.RestartPolicy
@@ -56,9 +56,9 @@ func job(j *batchv1.Job) {
 	s.Template.Spec.RestartPolicy = rp
 }
 
-// JobSelector gives a Job without manualSelector its selector and labels
+// jobSelector gives a Job without manualSelector its selector and labels
 // its template, from its UID and name, as Kubernetes does on create.
-func JobSelector(j *batchv1.Job) {
+func jobSelector(j *batchv1.Job) {
 	if j.Spec.ManualSelector != nil && *j.Spec.ManualSelector {
 		return
 	}

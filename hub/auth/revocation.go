@@ -243,9 +243,6 @@ func (v *Revocations) removeLocked(name string) {
 // MarkSynced says the list holds every revocation.
 func (v *Revocations) MarkSynced() { v.once.Do(func() { close(v.synced) }) }
 
-// Synced is closed once the list holds every revocation.
-func (v *Revocations) Synced() <-chan struct{} { return v.synced }
-
 // Check refuses a certificate of user issued at issuedAt if the user's
 // credentials were revoked after. Until the first list has loaded it
 // waits (SyncWait at most), and then refuses too: a revoked device must
