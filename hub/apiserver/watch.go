@@ -6,7 +6,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/http"
-	"slices"
 	"strconv"
 	"time"
 
@@ -173,16 +172,19 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, ri *request
 	}
 }
 
-// watchAuthorizer decides again, before each event of a device's watch,
-// whether the device may still read it: what a device may read follows
-// its pods (a Secret while a pod bound to it uses it), so a watch opened
-// while it could stops delivering once it cannot. Other users' rights do
-// not change with the objects, and are decided once; so are a device's
-// watches of its own pods (the deletion of a pod must still reach it).
+// WatchRechecker is an Authorizer whose decision about a watch may change
+// while the watch runs (it depends on other objects): the watch asks it
+// again before each event it sends and ends once refused.
+type WatchRechecker interface {
+	RecheckWatch(a Attributes) bool
+}
+
+// watchAuthorizer is what a watch asks before each event: always yes,
+// unless the authorizer says its decision may change (WatchRechecker).
 func (s *Server) watchAuthorizer(ctx context.Context) func() bool {
 	rr := recordFrom(ctx)
-	if rr == nil || rr.user == nil || !slices.Contains(rr.user.Groups, GroupNodes) ||
-		rr.attrs.APIGroup != "" || (rr.attrs.Resource != "secrets" && rr.attrs.Resource != "configmaps") {
+	wr, ok := s.cfg.Authorizer.(WatchRechecker)
+	if rr == nil || !ok || !wr.RecheckWatch(rr.attrs) {
 		return func() bool { return true }
 	}
 	attrs := rr.attrs

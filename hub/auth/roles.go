@@ -134,3 +134,14 @@ func authorizeViewer(a apiserver.Attributes) (bool, string) {
 	}
 	return true, "viewer: read"
 }
+
+var _ apiserver.WatchRechecker = (*Authorizer)(nil)
+
+// RecheckWatch: what a device may read of Secrets and ConfigMaps follows
+// its pods (a Secret while a pod bound to it uses it), so its watches of
+// them are decided again before each event. Other rights do not change
+// with the objects; a device's watch of its own pods must still see their
+// deletion.
+func (z *Authorizer) RecheckWatch(a apiserver.Attributes) bool {
+	return NodeName(a.User) != "" && a.APIGroup == "" && (a.Resource == "secrets" || a.Resource == "configmaps")
+}
