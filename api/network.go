@@ -54,20 +54,26 @@ func JoinCIDRs(ranges []netip.Prefix) string {
 	return strings.Join(parts, ",")
 }
 
-// NodeClusterCIDRs are the pod ranges the hub announced on node
-// (AnnotationClusterCIDRs); nil without an error when it announced none
-// (a hub from before, which used ClusterCIDR only).
-func NodeClusterCIDRs(node *corev1.Node) ([]netip.Prefix, error) {
-	if node == nil {
-		return nil, nil
+// PodNetworkOf is the pod network a device takes from its Node: the
+// ranges the hub announced (AnnotationClusterCIDRs), or fallback when it
+// announced none (a hub from before, which used ClusterCIDR only) or the
+// Node is not known yet. An announcement it cannot read gives fallback and
+// the error, for the device to log.
+func PodNetworkOf(node *corev1.Node, fallback []string) ([]string, error) {
+	v, ok := "", false
+	if node != nil {
+		v, ok = node.Annotations[AnnotationClusterCIDRs]
 	}
-	v, ok := node.Annotations[AnnotationClusterCIDRs]
 	if !ok {
-		return nil, nil
+		return fallback, nil
 	}
 	r, err := ParseClusterCIDRs(v)
 	if err != nil {
-		return nil, fmt.Errorf("node %s: annotation %s: %w", node.Name, AnnotationClusterCIDRs, err)
+		return fallback, fmt.Errorf("node %s: annotation %s: %w", node.Name, AnnotationClusterCIDRs, err)
 	}
-	return r, nil
+	out := make([]string, len(r))
+	for i, p := range r {
+		out[i] = p.String()
+	}
+	return out, nil
 }

@@ -3,6 +3,9 @@ package api
 import (
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestParseClusterCIDRs(t *testing.T) {
@@ -21,6 +24,29 @@ func TestParseClusterCIDRs(t *testing.T) {
 	} {
 		if _, err := ParseClusterCIDRs(in); err == nil || !strings.Contains(err.Error(), says) {
 			t.Errorf("ParseClusterCIDRs(%q) = %v, want an error saying %q", in, err, says)
+		}
+	}
+}
+
+func TestPodNetworkOf(t *testing.T) {
+	fallback := []string{ClusterCIDR}
+	node := func(ann map[string]string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "shop-7", Annotations: ann}}
+	}
+	for _, tc := range []struct {
+		name    string
+		node    *corev1.Node
+		want    string
+		wantErr bool
+	}{
+		{"unknown node", nil, ClusterCIDR, false},
+		{"no announcement", node(nil), ClusterCIDR, false},
+		{"announced", node(map[string]string{AnnotationClusterCIDRs: ClusterCIDRs}), ClusterCIDRs, false},
+		{"unreadable", node(map[string]string{AnnotationClusterCIDRs: "10.43.0.0/16"}), ClusterCIDR, true},
+	} {
+		got, err := PodNetworkOf(tc.node, fallback)
+		if strings.Join(got, ",") != tc.want || (err != nil) != tc.wantErr {
+			t.Errorf("%s: %v, %v; want %s (error %v)", tc.name, got, err, tc.want, tc.wantErr)
 		}
 	}
 }

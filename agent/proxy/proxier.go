@@ -192,23 +192,12 @@ func New(cfg Config) (*Proxier, error) {
 // clusterCIDRs is the pod network: as the hub announces it on this
 // device's Node, or as configured when it does not.
 func (p *Proxier) clusterCIDRs() []string {
-	node, err := p.nodes.Get(p.cfg.NodeName)
+	node, _ := p.nodes.Get(p.cfg.NodeName)
+	cidrs, err := api.PodNetworkOf(node, p.defaultCIDRs)
 	if err != nil {
-		return p.defaultCIDRs
+		p.log.Warn("the Node's cluster CIDRs are unreadable; using the configured ones", "err", err)
 	}
-	ranges, err := api.NodeClusterCIDRs(node)
-	if err != nil {
-		p.log.Warn("the Node's cluster CIDRs are unreadable; keeping the pod network as it is", "err", err)
-		return p.render.clusterCIDRs
-	}
-	if ranges == nil {
-		return p.defaultCIDRs
-	}
-	out := make([]string, len(ranges))
-	for i, r := range ranges {
-		out[i] = r.String()
-	}
-	return out
+	return cidrs
 }
 
 func parseCIDRs(list string) ([]string, error) {

@@ -297,17 +297,12 @@ func (r *Router) warnUnreachable(cidr string, gw net.IP) {
 // clusterCIDRs is the pod network: as the hub announces it on this
 // device's Node, or as configured when it does not.
 func (r *Router) clusterCIDRs() []string {
-	list := r.cfg.ClusterCIDR
-	if node, err := r.nodes.Get(r.cfg.NodeName); err == nil {
-		ranges, err := api.NodeClusterCIDRs(node)
-		switch {
-		case err != nil:
-			r.log.Warn("the Node's cluster CIDRs are unreadable; using the configured ones", "err", err, "clusterCIDR", list)
-		case ranges != nil:
-			list = api.JoinCIDRs(ranges)
-		}
+	node, _ := r.nodes.Get(r.cfg.NodeName)
+	cidrs, err := api.PodNetworkOf(node, strings.Split(r.cfg.ClusterCIDR, ","))
+	if err != nil {
+		r.log.Warn("the Node's cluster CIDRs are unreadable; using the configured ones", "err", err)
 	}
-	return strings.Split(list, ",")
+	return cidrs
 }
 
 // egressRules are the contents of the two chains for the pod ranges.
