@@ -18,9 +18,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 
 	"flotilla.dev/flotilla/agent/cni"
 	"flotilla.dev/flotilla/agent/dns"
@@ -35,6 +38,7 @@ import (
 	"flotilla.dev/flotilla/agent/runtime/podns"
 	"flotilla.dev/flotilla/agent/server"
 	"flotilla.dev/flotilla/agent/static"
+	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/internal/atomicfile"
 	"flotilla.dev/flotilla/internal/run"
@@ -58,6 +62,10 @@ var (
 	// than the one the pod network was set up with; the next Run moves
 	// the pod network (bridge, IPAM, pods' sandboxes) to it.
 	ErrPodCIDRChanged = errors.New("the node's pod CIDR changed; restart the agent to apply it")
+	// ErrSiteChanged ends Run when this device's Node moved to another
+	// site than the one its proxy, DNS and routes serve; the next Run
+	// takes the new site's EndpointSlices.
+	ErrSiteChanged = errors.New("the node's site changed; restart the agent to apply it")
 )
 
 // Credentials gives the agent its client configuration for the hub. It
@@ -271,8 +279,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// One set of informers for the proxy, the routes and the DNS server.
+	// One set of informers for the proxy, the routes and the DNS server;
+	// of the EndpointSlices, only this device's site's and the fleet-wide
+	// ones.
 	shared := hubclient.NewInformers(client)
+	site := a.site(store)
+	siteSel, err := api.SiteSelector(site)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	shared.Scope(&discoveryv1.EndpointSlice{}, siteSel.String())
 	// From the local store first: after a reboot without the hub the
 	// proxy, routes and DNS start from what the hub last said.
 	if err := localcache.Install(shared, client, store, a.log); err != nil {
@@ -292,9 +308,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 
-	a.log.Info("agent started", "version", version.Version, "runtime", runtimeVersion, "server", srv.Addr().String())
+	a.log.Info("agent started", "version", version.Version, "runtime", runtimeVersion, "server", srv.Addr().String(), "site", site)
 	return run.Group{
 		Loops: []run.Loop{
+			{Name: "site", Run: func(ctx context.Context) error { return a.watchSite(ctx, shared, site) }},
 			{Name: "agent server", Run: srv.Run},
 			{Name: "node", Run: nd.Run},
 			{Name: "service proxy", Run: px.Run},
@@ -307,6 +324,53 @@ func (a *Agent) Run(ctx context.Context) error {
 		},
 		OnError: func(err error) { a.log.Error("agent stopping", "err", err) },
 	}.Run(ctx)
+}
+
+// site is the site this device serves: its zone as configured, else as
+// its Node last said (kept in the local store, so known without the hub),
+// else none.
+func (a *Agent) site(store *localstore.Store) string {
+	if z, ok := a.cfg.Labels[api.LabelZone]; ok {
+		return z
+	}
+	if n, ok, err := localstore.Get[corev1.Node](store, localstore.Nodes, "", a.cfg.NodeName); err == nil && ok {
+		return api.SiteOf(n)
+	}
+	return ""
+}
+
+// watchSite returns ErrSiteChanged when this device's Node is seen on
+// another site than site. A zone the agent configures itself is its own
+// to keep (the Node loop puts it back), so only a site given by a join
+// token or an admin is watched.
+func (a *Agent) watchSite(ctx context.Context, shared *hubclient.Informers, site string) error {
+	if _, ok := a.cfg.Labels[api.LabelZone]; ok {
+		<-ctx.Done()
+		return nil
+	}
+	moved := make(chan string, 1)
+	seen := func(obj any) {
+		if n, ok := obj.(*corev1.Node); ok && n.Name == a.cfg.NodeName && api.SiteOf(n) != site {
+			select {
+			case moved <- api.SiteOf(n):
+			default:
+			}
+		}
+	}
+	inf := shared.Nodes().Informer
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: seen, UpdateFunc: func(_, obj any) { seen(obj) },
+	})
+	if err != nil {
+		return fmt.Errorf("watching the node's site: %w", err)
+	}
+	defer func() { _ = inf.RemoveEventHandler(reg) }()
+	select {
+	case <-ctx.Done():
+		return nil
+	case to := <-moved:
+		return fmt.Errorf("%w (from %q to %q)", ErrSiteChanged, site, to)
+	}
 }
 
 // openState opens the device's local state in the data dir.

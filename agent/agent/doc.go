@@ -31,4 +31,9 @@
 // returns ErrPodCIDRChanged: pods set up on the old network must not mix
 // with the new one, and a restart (systemd restarts the agent; containers
 // outlive it) applies it cleanly.
+//
+// The device serves its site's EndpointSlices (api.SiteSelector): the
+// zone of its config's labels, else of its Node as last seen. When the
+// Node moves to another site, Run returns ErrSiteChanged and the next Run
+// serves the new one.
 package agent

@@ -29,12 +29,38 @@ type Informers struct {
 	mu        sync.Mutex
 	informers map[reflect.Type]cache.SharedIndexInformer
 	started   map[reflect.Type]bool
+	scopes    map[reflect.Type]string // label selector per kind
 }
 
 // NewInformers makes a factory whose informers list and watch through
 // client, with no resync.
 func NewInformers(client Interface) *Informers {
-	return &Informers{client: client, informers: map[reflect.Type]cache.SharedIndexInformer{}, started: map[reflect.Type]bool{}}
+	return &Informers{client: client, informers: map[reflect.Type]cache.SharedIndexInformer{},
+		started: map[reflect.Type]bool{}, scopes: map[reflect.Type]string{}}
+}
+
+// Scope narrows what the informer of obj's kind lists and watches to the
+// objects labelSelector matches (a device takes only its site's
+// EndpointSlices). Call it before anyone asks for the kind.
+func (f *Informers) Scope(obj runtime.Object, labelSelector string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.scopes[reflect.TypeOf(obj)] = labelSelector
+}
+
+// ScopeOf is the label selector Scope set for obj's kind, "" for all.
+func (f *Informers) ScopeOf(obj runtime.Object) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.scopes[reflect.TypeOf(obj)]
+}
+
+// Narrow applies the scope of obj's kind to o, for list-watchers made
+// outside this factory (the local cache's).
+func (f *Informers) Narrow(obj runtime.Object, o *metav1.ListOptions) {
+	if sel := f.ScopeOf(obj); sel != "" {
+		o.LabelSelector = sel
+	}
 }
 
 // InformerFor returns the informer of obj's kind, making it with newFunc
@@ -93,7 +119,7 @@ func (f *Informers) Services() Informer[corelisters.ServiceLister] {
 	return Informer[corelisters.ServiceLister]{inf, corelisters.NewServiceLister(inf.GetIndexer())}
 }
 
-// EndpointSlices is the cluster's EndpointSlices.
+// EndpointSlices is the cluster's EndpointSlices, or those Scope says.
 func (f *Informers) EndpointSlices() Informer[discoverylisters.EndpointSliceLister] {
 	inf := f.InformerFor(&discoveryv1.EndpointSlice{}, func() cache.SharedIndexInformer {
 		return f.newInformer(&discoveryv1.EndpointSlice{},
@@ -127,6 +153,15 @@ func (f *Informers) Nodes() Informer[corelisters.NodeLister] {
 func (f *Informers) newInformer(example runtime.Object,
 	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.SharedIndexInformer {
-	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watchFn}, f.client)
+	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			f.Narrow(example, &o)
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			f.Narrow(example, &o)
+			return watchFn(ctx, o)
+		},
+	}, f.client)
 	return cache.NewSharedIndexInformer(lw, example, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 }

@@ -8,8 +8,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
@@ -110,7 +112,13 @@ func Install(factory *hubclient.Informers, client hubclient.Interface, store *lo
 		log = slog.Default()
 	}
 	for _, k := range kinds {
-		lw := &listWatch{kind: k, hub: k.lw(client), store: store, log: log.With("component", "localcache", "kind", string(k.kind))}
+		selector, err := labels.Parse(factory.ScopeOf(k.example))
+		if err != nil {
+			return fmt.Errorf("local cache of %s: scope: %w", k.kind, err)
+		}
+		lw := &listWatch{kind: k, hub: k.lw(client), store: store, selector: selector,
+			narrow: func(o *metav1.ListOptions) { factory.Narrow(k.example, o) },
+			log:    log.With("component", "localcache", "kind", string(k.kind))}
 		inf := factory.InformerFor(k.example, func() cache.SharedIndexInformer {
 			return cache.NewSharedIndexInformer(lw, k.example, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 		})
@@ -128,9 +136,16 @@ type listWatch struct {
 	hub   *cache.ListWatch
 	store *localstore.Store
 	log   *slog.Logger
+	// selector is the scope of the kind's informer (everything when
+	// empty); narrow puts it into the hub's list and watch options.
+	selector labels.Selector
+	narrow   func(*metav1.ListOptions)
 
 	mu     sync.Mutex
 	served bool // the store answered the first list
+	// otherScope: the informer holds a stored list made with another
+	// scope, served while the hub was away.
+	otherScope bool
 }
 
 var _ cache.ListerWatcher = (*listWatch)(nil)
@@ -148,29 +163,57 @@ func (l *listWatch) ListWithContext(ctx context.Context, o metav1.ListOptions) (
 	first := !l.served
 	l.served = true
 	l.mu.Unlock()
-	if first {
+	// What the store holds was listed with the scope recorded beside it.
+	// Another scope (the device moved to another site, or was upgraded to
+	// sites) asks the hub first: a watch resumed from the store's version
+	// would never send the objects the old scope left out.
+	sameScope := l.storedScope() == l.selector.String()
+	if first && sameScope {
 		if obj, ok := l.stored(); ok {
 			return obj, nil
 		}
 	}
+	l.narrow(&o)
 	obj, err := l.hub.ListWithContext(ctx, o)
 	if err != nil {
 		if cached, ok := l.stored(); ok {
 			// The hub is away: the last known list keeps the device's
-			// rules as they were; the watch's failure retries the hub.
+			// rules as they were, whatever its scope; the watch's
+			// failure retries the hub.
 			l.log.Debug("the hub did not answer the list; serving the local cache", "err", err)
+			l.mu.Lock()
+			l.otherScope = !sameScope
+			l.mu.Unlock()
 			return cached, nil
 		}
 		return nil, err
 	}
+	l.mu.Lock()
+	l.otherScope = false
+	l.mu.Unlock()
 	rv := ""
 	if acc, err := meta.ListAccessor(obj); err == nil {
 		rv = acc.GetResourceVersion()
 	}
 	if err := l.kind.replace(l.store, obj, rv); err != nil {
 		l.log.Warn("could not record the hub's list in the local store", "err", err)
+	} else if !sameScope {
+		if err := l.store.SetFact(l.scopeFact(), l.selector.String()); err != nil {
+			l.log.Warn("could not record the scope of the hub's list in the local store", "err", err)
+		}
 	}
 	return obj, nil
+}
+
+func (l *listWatch) scopeFact() string { return "list-scope/" + string(l.kind.kind) }
+
+// storedScope is the label selector the stored list was made with.
+func (l *listWatch) storedScope() string {
+	v, err := l.store.Fact(l.scopeFact())
+	if err != nil {
+		return ""
+	}
+	return v
 }
 
 // stored is the store's whole list, when it has one from the hub.
@@ -192,11 +235,25 @@ func (l *listWatch) stored() (runtime.Object, bool) {
 }
 
 func (l *listWatch) Watch(o metav1.ListOptions) (watch.Interface, error) {
-	return l.hub.WatchWithContext(context.Background(), o)
+	return l.WatchWithContext(context.Background(), o)
 }
 
 func (l *listWatch) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-	return l.hub.WatchWithContext(ctx, o)
+	l.narrow(&o)
+	w, err := l.hub.WatchWithContext(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	relist := l.otherScope
+	l.mu.Unlock()
+	if relist {
+		// The hub answers again, but the informer holds a list of
+		// another scope: an expired version makes it list anew.
+		w.Stop()
+		return nil, apierrors.NewResourceExpired("the local cache was listed with another scope; listing again")
+	}
+	return w, nil
 }
 
 // writeThrough records every event in the store.

@@ -175,6 +175,9 @@ func ValidateLabels(labels map[string]string) error {
 		case api.LabelAutonomy:
 			return fmt.Errorf("%w: label %s is an admin's decision, not the device's: give it to the join token (flotilla-hub token create --labels %s=true) or label the Node with kubectl; remove it from --labels", ErrConfig, k, k)
 		}
+		if k == api.LabelZone && labels[k] == api.SiteFleet {
+			return fmt.Errorf("%w: site %s is reserved for the services every site serves; give %s another value (--labels)", ErrConfig, api.SiteFleet, k)
+		}
 	}
 	return nil
 }

@@ -192,15 +192,31 @@ func (r *Router) handle() (*netlink.Handle, error) {
 	return h, nil
 }
 
-// desired returns pod CIDR -> gateway for every other node that has both.
+// desired returns pod CIDR -> gateway for every other node of this
+// device's site that has both.
 func (r *Router) desired() (map[string]net.IP, error) {
 	nodes, err := r.nodes.List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
+	return routesTo(nodes, r.cfg.NodeName), nil
+}
+
+// routesTo is pod CIDR -> gateway for the nodes on self's site but self.
+// Devices of one site share a network; other sites' devices may not be
+// reachable at all, and their pods are served only through fleet-wide
+// Services on networks routed by other means. Until self's Node is
+// known, its site is taken as none.
+func routesTo(nodes []*corev1.Node, self string) map[string]net.IP {
+	site := ""
+	for _, n := range nodes {
+		if n.Name == self {
+			site = api.SiteOf(n)
+		}
+	}
 	out := map[string]net.IP{}
 	for _, n := range nodes {
-		if n.Name == r.cfg.NodeName {
+		if n.Name == self || api.SiteOf(n) != site {
 			continue
 		}
 		gw := internalIP(n)
@@ -219,7 +235,7 @@ func (r *Router) desired() (map[string]net.IP, error) {
 			out[p.Masked().String()] = gw
 		}
 	}
-	return out, nil
+	return out
 }
 
 func internalIP(n *corev1.Node) net.IP {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -151,5 +152,38 @@ func TestEgressFollowsTheAnnouncedPodNetwork(t *testing.T) {
 	fwd := strings.Join(r.egressRules()[[2]string{"filter", ChainPodForward}], "\n")
 	if !strings.Contains(fwd, "-d 10.64.0.0/10") {
 		t.Errorf("forward rules lack the second range:\n%s", fwd)
+	}
+}
+
+// TestRoutesStayOnTheSite: pod routes go to the devices of this device's
+// site only; devices without a site are one site together.
+func TestRoutesStayOnTheSite(t *testing.T) {
+	zoned := func(n *corev1.Node, zone string) *corev1.Node {
+		if zone != "" {
+			n.Labels = map[string]string{api.LabelZone: zone}
+		}
+		return n
+	}
+	nodes := []*corev1.Node{
+		zoned(node("kiosk-1", "192.168.1.11", "10.42.1.0/24"), "shop-a"),
+		zoned(node("kiosk-2", "192.168.1.12", "10.42.2.0/24"), "shop-a"),
+		zoned(node("till-1", "192.168.2.11", "10.64.0.0/24"), "shop-b"),
+		node("lab-1", "192.168.9.11", "10.42.9.0/24"),
+		node("lab-2", "192.168.9.12", "10.42.10.0/24"),
+	}
+	for _, tc := range []struct{ self, want string }{
+		{"kiosk-1", "10.42.2.0/24 via 192.168.1.12"},
+		{"till-1", ""},
+		{"lab-1", "10.42.10.0/24 via 192.168.9.12"},
+		{"unknown", "10.42.10.0/24 via 192.168.9.12,10.42.9.0/24 via 192.168.9.11"},
+	} {
+		var got []string
+		for cidr, gw := range routesTo(nodes, tc.self) {
+			got = append(got, cidr+" via "+gw.String())
+		}
+		slices.Sort(got)
+		if s := strings.Join(got, ","); s != tc.want {
+			t.Errorf("%s: routes %q, want %q", tc.self, s, tc.want)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/v1alpha1"
 )
 
@@ -118,6 +119,16 @@ func secret(s *corev1.Secret) {
 }
 
 func endpointSlice(es *discoveryv1.EndpointSlice) {
+	// Devices watch only their site's slices and the fleet-wide ones
+	// (api.SiteSelector). The hub's EndpointSlice loop labels its slices
+	// with their site; a slice anyone else writes, for a Service without
+	// a selector say, names addresses the writer chose for everyone.
+	if _, ok := es.Labels[api.LabelSite]; !ok {
+		if es.Labels == nil {
+			es.Labels = map[string]string{}
+		}
+		es.Labels[api.LabelSite] = api.SiteFleet
+	}
 	for i := range es.Ports {
 		p := &es.Ports[i]
 		if p.Name == nil {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/v1alpha1"
 )
 
@@ -274,6 +275,12 @@ func TestDefaultOtherKinds(t *testing.T) {
 	es := &discoveryv1.EndpointSlice{Ports: []discoveryv1.EndpointPort{{Port: ptr(int32(80))}}}
 	Default(es)
 	expectEqual(t, es.Ports, []discoveryv1.EndpointPort{{Name: ptr(""), Protocol: ptr(corev1.ProtocolTCP), Port: ptr(int32(80))}})
+	// A slice nobody gave a site is served by every device; a site given
+	// is kept.
+	expectEqual(t, es.Labels, map[string]string{api.LabelSite: api.SiteFleet})
+	sited := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{api.LabelSite: ""}}}
+	Default(sited)
+	expectEqual(t, sited.Labels, map[string]string{api.LabelSite: ""})
 
 	gs := &v1alpha1.GitSource{Spec: v1alpha1.GitSourceSpec{URL: "https://git.example.com/fleet.git", Verify: &v1alpha1.GitVerification{}}}
 	Default(gs)

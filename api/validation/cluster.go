@@ -45,6 +45,10 @@ func validateNode(n *corev1.Node) field.ErrorList {
 
 func validateNodeSpec(n *corev1.Node) field.ErrorList {
 	var errs field.ErrorList
+	if api.SiteOf(n) == api.SiteFleet {
+		errs = append(errs, field.Invalid(metaPath.Child("labels").Key(api.LabelZone), api.SiteFleet,
+			"is reserved for the EndpointSlices every device serves; give the site another name"))
+	}
 	s := &n.Spec
 	cp := specPath.Child("podCIDRs")
 	families := map[bool]bool{}

@@ -11,6 +11,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"flotilla.dev/flotilla/api"
 )
 
 func TestValidateConfigMap(t *testing.T) {
@@ -136,6 +138,14 @@ func TestValidateNode(t *testing.T) {
 	st := old.DeepCopy()
 	st.Status.Capacity[corev1.ResourceMemory] = resource.MustParse("-1Gi")
 	expectErrors(t, ValidateStatusUpdate(st, old), invalid("status.capacity[memory]"))
+
+	// The fleet-wide slices' site is no zone.
+	n = validNode()
+	n.Labels = map[string]string{api.LabelZone: api.SiteFleet}
+	expectErrors(t, ValidateCreate(n, Options{}), invalid("metadata.labels[topology.kubernetes.io/zone]"))
+	upd = old.DeepCopy()
+	upd.Labels = map[string]string{api.LabelZone: api.SiteFleet}
+	expectErrors(t, ValidateUpdate(upd, old, Options{}), invalid("metadata.labels[topology.kubernetes.io/zone]"))
 }
 
 func TestValidateEvent(t *testing.T) {

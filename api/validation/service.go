@@ -9,6 +9,7 @@ import (
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/defaults"
 )
 
@@ -63,6 +64,10 @@ func validateServiceSpec(svc *corev1.Service, opts Options) field.ErrorList {
 		errs = append(errs, field.Required(specPath.Child("ports"), ""))
 	}
 	errs = append(errs, validateServicePorts(svc, opts)...)
+	if _, err := api.ServiceTopology(svc); err != nil {
+		errs = append(errs, field.NotSupported(metaPath.Child("annotations").Key(api.AnnotationServiceTopology),
+			svc.Annotations[api.AnnotationServiceTopology], []string{api.ServiceTopologySite, api.ServiceTopologyFleet}))
+	}
 
 	errs = append(errs, metav1validation.ValidateLabels(s.Selector, specPath.Child("selector"))...)
 	for i, ip := range s.ExternalIPs {

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/defaults"
 )
 
@@ -30,6 +31,12 @@ func TestValidateService(t *testing.T) {
 		want   []want
 	}{
 		{name: "valid", mutate: func(s *corev1.Service) {}},
+		{name: "fleet topology", mutate: func(s *corev1.Service) {
+			s.Annotations = map[string]string{api.AnnotationServiceTopology: api.ServiceTopologyFleet}
+		}},
+		{name: "unknown topology", mutate: func(s *corev1.Service) {
+			s.Annotations = map[string]string{api.AnnotationServiceTopology: "global"}
+		}, want: []want{notSupported("metadata.annotations[service.flotilla.dev/topology]")}},
 		{name: "name must be a DNS-1035 label", mutate: func(s *corev1.Service) { s.Name = "1web" }, want: []want{invalid("metadata.name")}},
 		{name: "no ports", mutate: func(s *corev1.Service) { s.Spec.Ports = nil }, want: []want{required("spec.ports")}},
 		{name: "headless without ports", mutate: func(s *corev1.Service) {

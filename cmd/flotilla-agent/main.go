@@ -157,6 +157,11 @@ func runAgent(cmd *cobra.Command) error {
 			log.Warn("restarting the agent to move to the new pod CIDR", "err", err)
 			continue
 		}
+		if errors.Is(err, agent.ErrSiteChanged) && cmd.Context().Err() == nil {
+			// A new start serves the new site's endpoints.
+			log.Warn("restarting the agent to serve the node's new site", "err", err)
+			continue
+		}
 		if errors.Is(err, context.Canceled) {
 			return nil
 		}

@@ -99,9 +99,20 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 	}); err != nil {
 		return nil, fmt.Errorf("endpointslice informer: %w", err)
 	}
-	// Nodes only give zones; a node's labels changing is rare enough to
-	// be picked up on the Service's next change.
-	_ = nodeInf.Informer()
+	// Nodes give zones, which are sites: a device moved to another site
+	// moves its endpoints to that site's slices. Rare, so every Service
+	// is looked at again.
+	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(*corev1.Node)
+			n, ok2 := cur.(*corev1.Node)
+			if ok1 && ok2 && api.SiteOf(o) != api.SiteOf(n) {
+				c.enqueueAll()
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("node informer: %w", err)
+	}
 	c.loop.WaitFor(svcInf.Informer().HasSynced, podInf.Informer().HasSynced,
 		nodeInf.Informer().HasSynced, sliceInf.Informer().HasSynced)
 	return c, nil
@@ -109,6 +120,16 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 
 // Run runs workers until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) error { return c.loop.Run(ctx, workers) }
+
+func (c *Controller) enqueueAll() {
+	svcs, err := c.svcLister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, svc := range svcs {
+		c.loop.EnqueueKey(controlloop.ObjectKey(svc))
+	}
+}
 
 // enqueueForPod wakes the Services that select the pod now or selected it
 // before the change. Changes no endpoint can reflect are ignored.

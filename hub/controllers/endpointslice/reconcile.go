@@ -24,17 +24,30 @@ const ManagedBy = "endpointslice-controller.flotilla.dev"
 // MaxEndpointsPerSlice is Kubernetes' default.
 const MaxEndpointsPerSlice = 100
 
-// desired is the endpoints one Service should have, grouped by the port
-// set they serve.
+// group is what the slices of one group share: a site and a port set.
+type group struct {
+	site  string
+	ports []discoveryv1.EndpointPort
+}
+
+// desired is the endpoints one Service should have, grouped by the site
+// they are in and the port set they serve: one slice never mixes sites, so
+// that each device can watch its own site's slices only.
 type desired struct {
-	ports     map[string][]discoveryv1.EndpointPort
-	endpoints map[string]map[string]discoveryv1.Endpoint // port key -> endpoint key -> endpoint
+	groups    map[string]group
+	endpoints map[string]map[string]discoveryv1.Endpoint // group key -> endpoint key -> endpoint
+}
+
+func groupKey(site string, ports []discoveryv1.EndpointPort) string {
+	return site + "\x00" + portKey(ports)
 }
 
 // Desired computes the endpoints of svc from the pods its selector matches.
-// nodeZone gives a node's zone label ("" when unknown).
+// nodeZone gives a node's zone label ("" when unknown), which is also the
+// site of its endpoints unless svc is served fleet-wide.
 func Desired(svc *corev1.Service, pods []*corev1.Pod, nodeZone func(node string) string) desired {
-	d := desired{ports: map[string][]discoveryv1.EndpointPort{}, endpoints: map[string]map[string]discoveryv1.Endpoint{}}
+	d := desired{groups: map[string]group{}, endpoints: map[string]map[string]discoveryv1.Endpoint{}}
+	topology, _ := api.ServiceTopology(svc)
 	for _, pod := range pods {
 		if !includePod(pod) || !mirrorMayServe(svc, pod) {
 			continue
@@ -44,13 +57,17 @@ func Desired(svc *corev1.Service, pods []*corev1.Pod, nodeZone func(node string)
 			continue
 		}
 		ports := endpointPorts(svc, pod)
-		pk := portKey(ports)
-		if _, ok := d.ports[pk]; !ok {
-			d.ports[pk] = ports
-			d.endpoints[pk] = map[string]discoveryv1.Endpoint{}
-		}
 		ep := podEndpoint(svc, pod, ip, nodeZone)
-		d.endpoints[pk][endpointKey(&ep)] = ep
+		site := api.SiteFleet
+		if topology == api.ServiceTopologySite {
+			site = ptr.Deref(ep.Zone, "")
+		}
+		gk := groupKey(site, ports)
+		if _, ok := d.groups[gk]; !ok {
+			d.groups[gk] = group{site: site, ports: ports}
+			d.endpoints[gk] = map[string]discoveryv1.Endpoint{}
+		}
+		d.endpoints[gk][endpointKey(&ep)] = ep
 	}
 	return d
 }
@@ -199,10 +216,12 @@ type Plan struct {
 // into want, touching as few slices as it can.
 func Reconcile(svc *corev1.Service, want desired, existing []*discoveryv1.EndpointSlice, maxPerSlice int) Plan {
 	var plan Plan
-	byPorts := map[string][]*discoveryv1.EndpointSlice{}
+	byGroup := map[string][]*discoveryv1.EndpointSlice{}
 	for _, s := range existing {
-		pk := portKey(s.Ports)
-		byPorts[pk] = append(byPorts[pk], s)
+		// A slice from before sites has no site label: it is taken as
+		// the devices without a site's, and relabelled or emptied.
+		gk := groupKey(s.Labels[api.LabelSite], s.Ports)
+		byGroup[gk] = append(byGroup[gk], s)
 	}
 	// Deterministic order, so that two syncs of the same state agree.
 	pks := make([]string, 0, len(want.endpoints))
@@ -212,11 +231,12 @@ func Reconcile(svc *corev1.Service, want desired, existing []*discoveryv1.Endpoi
 	sort.Strings(pks)
 
 	for _, pk := range pks {
+		g := want.groups[pk]
 		remaining := want.endpoints[pk]
 		var keep []*discoveryv1.EndpointSlice // slices staying, possibly updated
 		changed := map[*discoveryv1.EndpointSlice]bool{}
 		var emptied []*discoveryv1.EndpointSlice
-		for _, s := range sortedSlices(byPorts[pk]) {
+		for _, s := range sortedSlices(byGroup[pk]) {
 			cp := s.DeepCopy()
 			cp.Endpoints = cp.Endpoints[:0]
 			for _, ep := range s.Endpoints {
@@ -228,7 +248,7 @@ func Reconcile(svc *corev1.Service, want desired, existing []*discoveryv1.Endpoi
 				delete(remaining, k)
 				cp.Endpoints = append(cp.Endpoints, w)
 			}
-			setMeta(cp, svc)
+			setMeta(cp, svc, g.site)
 			if !apiequality.Semantic.DeepEqual(cp.Endpoints, s.Endpoints) || !apiequality.Semantic.DeepEqual(cp.ObjectMeta, s.ObjectMeta) {
 				changed[cp] = true
 			}
@@ -238,7 +258,7 @@ func Reconcile(svc *corev1.Service, want desired, existing []*discoveryv1.Endpoi
 			}
 			keep = append(keep, cp)
 		}
-		delete(byPorts, pk)
+		delete(byGroup, pk)
 
 		news := sortedEndpoints(remaining)
 		// Room in slices already being written costs nothing extra; then
@@ -274,7 +294,7 @@ func Reconcile(svc *corev1.Service, want desired, existing []*discoveryv1.Endpoi
 		}
 		for len(news) > 0 {
 			n := min(maxPerSlice, len(news))
-			s := newSlice(svc, want.ports[pk])
+			s := newSlice(svc, g.site, g.ports)
 			s.Endpoints = append(s.Endpoints, news[:n]...)
 			news = news[n:]
 			plan.Create = append(plan.Create, s)
@@ -286,18 +306,18 @@ func Reconcile(svc *corev1.Service, want desired, existing []*discoveryv1.Endpoi
 		}
 		plan.Delete = append(plan.Delete, emptied...)
 	}
-	// Slices for port sets nobody serves any more.
-	for _, ss := range byPorts {
+	// Slices for sites and port sets nobody serves any more.
+	for _, ss := range byGroup {
 		plan.Delete = append(plan.Delete, ss...)
 	}
 	sort.SliceStable(plan.Delete, func(i, j int) bool { return plan.Delete[i].Name < plan.Delete[j].Name })
 
 	// A Service without endpoints keeps one empty slice, so watchers can
-	// tell "no endpoints" from "not synced yet".
+	// tell "no endpoints" from "not synced yet"; every device takes it.
 	if len(plan.Create) == 0 && len(plan.Update) == 0 && len(plan.Delete) == len(existing) {
-		placeholder := newSlice(svc, nil)
+		placeholder := newSlice(svc, api.SiteFleet, nil)
 		for i, s := range plan.Delete {
-			if len(s.Ports) == 0 && len(s.Endpoints) == 0 && !needsLabels(s, svc) {
+			if len(s.Ports) == 0 && len(s.Endpoints) == 0 && !needsLabels(s, svc, api.SiteFleet) {
 				// Already there: keep it.
 				plan.Delete = append(plan.Delete[:i:i], plan.Delete[i+1:]...)
 				return plan
@@ -307,7 +327,7 @@ func Reconcile(svc *corev1.Service, want desired, existing []*discoveryv1.Endpoi
 			// Reuse a slice being deleted as the placeholder.
 			s := plan.Delete[0].DeepCopy()
 			s.Ports, s.Endpoints = nil, nil
-			setMeta(s, svc)
+			setMeta(s, svc, api.SiteFleet)
 			plan.Delete = plan.Delete[1:]
 			plan.Update = append(plan.Update, s)
 			return plan
@@ -338,7 +358,7 @@ func sortedEndpoints(m map[string]discoveryv1.Endpoint) []discoveryv1.Endpoint {
 
 var serviceGVK = corev1.SchemeGroupVersion.WithKind("Service")
 
-func newSlice(svc *corev1.Service, ports []discoveryv1.EndpointPort) *discoveryv1.EndpointSlice {
+func newSlice(svc *corev1.Service, site string, ports []discoveryv1.EndpointPort) *discoveryv1.EndpointSlice {
 	s := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName:    generateName(svc.Name),
@@ -349,7 +369,7 @@ func newSlice(svc *corev1.Service, ports []discoveryv1.EndpointPort) *discoveryv
 		Ports:       ports,
 		Endpoints:   []discoveryv1.Endpoint{},
 	}
-	setMeta(s, svc)
+	setMeta(s, svc, site)
 	return s
 }
 
@@ -361,17 +381,19 @@ func generateName(svc string) string {
 	return svc + "-"
 }
 
-// setMeta gives s the Service's labels plus the two the proxy selects on.
-func setMeta(s *discoveryv1.EndpointSlice, svc *corev1.Service) {
+// setMeta gives s the Service's labels plus the two the proxy selects on
+// and the site devices watch by.
+func setMeta(s *discoveryv1.EndpointSlice, svc *corev1.Service, site string) {
 	labels := map[string]string{}
 	for k, v := range svc.Labels {
-		if k == api.LabelServiceName || k == api.LabelManagedBy || k == corev1.IsHeadlessService {
+		if k == api.LabelServiceName || k == api.LabelManagedBy || k == corev1.IsHeadlessService || k == api.LabelSite {
 			continue
 		}
 		labels[k] = v
 	}
 	labels[api.LabelServiceName] = svc.Name
 	labels[api.LabelManagedBy] = ManagedBy
+	labels[api.LabelSite] = site
 	if svc.Spec.ClusterIP == corev1.ClusterIPNone {
 		labels[corev1.IsHeadlessService] = ""
 	}
@@ -379,8 +401,8 @@ func setMeta(s *discoveryv1.EndpointSlice, svc *corev1.Service) {
 }
 
 // needsLabels reports whether s's labels differ from what setMeta writes.
-func needsLabels(s *discoveryv1.EndpointSlice, svc *corev1.Service) bool {
+func needsLabels(s *discoveryv1.EndpointSlice, svc *corev1.Service, site string) bool {
 	cp := s.DeepCopy()
-	setMeta(cp, svc)
+	setMeta(cp, svc, site)
 	return !apiequality.Semantic.DeepEqual(cp.Labels, s.Labels)
 }
