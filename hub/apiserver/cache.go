@@ -78,7 +78,7 @@ type watchCache struct {
 	// oldest is the revision after which every event is still in the ring:
 	// a watch may start from any rv >= oldest.
 	oldest   int64
-	watchers map[*api.Resource]map[*cacheWatcher]struct{}
+	watchers map[*api.Resource]*watcherSet
 	changed  chan struct{} // closed and replaced whenever rev moves
 	ready    chan struct{}
 	metrics  *metrics
@@ -93,6 +93,8 @@ type cacheWatcher struct {
 	ch  chan *cacheEvent
 	// closed by the cache when the watcher fell behind.
 	dropped bool
+	// keys are the index values it is filed under (dispatch.go).
+	keys []string
 }
 
 func newWatchCache(log *slog.Logger, st store.Store, window, bufferSize int, m *metrics) *watchCache {
@@ -103,7 +105,7 @@ func newWatchCache(log *slog.Logger, st store.Store, window, bufferSize int, m *
 		bufferSize: bufferSize,
 		objects:    map[*api.Resource]map[string]*cachedObject{},
 		ring:       make([]*cacheEvent, window),
-		watchers:   map[*api.Resource]map[*cacheWatcher]struct{}{},
+		watchers:   map[*api.Resource]*watcherSet{},
 		changed:    make(chan struct{}),
 		ready:      make(chan struct{}),
 		metrics:    m,
@@ -112,7 +114,7 @@ func newWatchCache(log *slog.Logger, st store.Store, window, bufferSize int, m *
 	}
 	for _, r := range api.Resources() {
 		c.objects[r] = map[string]*cachedObject{}
-		c.watchers[r] = map[*cacheWatcher]struct{}{}
+		c.watchers[r] = newWatcherSet(r)
 	}
 	return c
 }
@@ -172,7 +174,7 @@ func (c *watchCache) loadAndFollow(ctx context.Context, first bool) error {
 	c.ringLen = 0
 	if !first {
 		for _, ws := range c.watchers {
-			for w := range ws {
+			for w := range ws.all {
 				c.dropLocked(w)
 			}
 		}
@@ -257,15 +259,21 @@ func (c *watchCache) apply(ev store.Event) {
 			objs[ce.key] = ce.cur
 		}
 		c.pushLocked(ce)
-		for w := range c.watchers[res] {
-			select {
-			case w.ch <- ce:
-			default:
-				c.dropLocked(w)
-			}
-		}
+		c.dispatchLocked(ce)
 	}
 	c.broadcastLocked()
+}
+
+// dispatchLocked offers ce to the watchers it may concern; one whose
+// buffer is full has fallen behind and is dropped.
+func (c *watchCache) dispatchLocked(ce *cacheEvent) {
+	c.watchers[ce.res].each(ce, func(w *cacheWatcher) {
+		select {
+		case w.ch <- ce:
+		default:
+			c.dropLocked(w)
+		}
+	})
 }
 
 func (c *watchCache) pushLocked(ce *cacheEvent) {
@@ -289,7 +297,7 @@ func (c *watchCache) dropLocked(w *cacheWatcher) {
 		return
 	}
 	w.dropped = true
-	delete(c.watchers[w.res], w)
+	c.watchers[w.res].remove(w)
 	close(w.ch)
 	if c.metrics != nil {
 		c.metrics.watchersDropped.Inc()
@@ -443,7 +451,7 @@ func (c *watchCache) subscribe(res *api.Resource, fromRev int64, initial bool, f
 		}
 	}
 	w := &cacheWatcher{res: res, ch: make(chan *cacheEvent, c.bufferSize)}
-	c.watchers[res][w] = struct{}{}
+	c.watchers[res].add(w, f)
 	return w, backlog, c.rev, nil
 }
 
@@ -452,7 +460,7 @@ func (c *watchCache) unsubscribe(w *cacheWatcher) {
 	defer c.mu.Unlock()
 	if !w.dropped {
 		w.dropped = true
-		delete(c.watchers[w.res], w)
+		c.watchers[w.res].remove(w)
 	}
 }
 
@@ -461,7 +469,7 @@ func (c *watchCache) watcherCount() int {
 	defer c.mu.RUnlock()
 	n := 0
 	for _, ws := range c.watchers {
-		n += len(ws)
+		n += len(ws.all)
 	}
 	return n
 }

@@ -130,13 +130,7 @@ func (c *watchCache) applyUnreadableLocked(ev store.Event, res *api.Resource, na
 	cur := &cachedObject{obj: obj, raw: raw, labels: labels.Set(m.GetLabels()), fields: prev.fields, rev: rev}
 	ce := &cacheEvent{typ: watch.Deleted, res: res, key: key, cur: cur, prev: prev, rev: rev}
 	c.pushLocked(ce)
-	for w := range c.watchers[res] {
-		select {
-		case w.ch <- ce:
-		default:
-			c.dropLocked(w)
-		}
-	}
+	c.dispatchLocked(ce)
 }
 
 func (c *watchCache) reportLocked(res *api.Resource, u unreadableObject) {
