@@ -158,8 +158,9 @@ EOT
   for i in $(seq 1 "$DEVICES"); do
     ns=$PREFIX-dev$i
     # One single-use token per device; the token's labels land on its Node.
+    # Every device sits on one bridge, one network: one site (the zone).
     TOKEN_JSON=$("$BIN/flotilla-hub" token create --data-dir "$DEMO/hub" --ttl 1h --uses 1 \
-      --labels "site=shop-$i,topology.kubernetes.io/zone=zone-$(( (i + 1) % 2 ))" -o json)
+      --labels "topology.kubernetes.io/zone=demo-shop,shelf=$i" -o json)
     TOKEN=$(echo "$TOKEN_JSON" | tr -d '\n' | sed -E 's/.*"token": *"([^"]+)".*/\1/')
     CAHASH=$(echo "$TOKEN_JSON" | tr -d '\n' | sed -E 's/.*"caHash": *"([^"]+)".*/\1/')
     log "device dev$i: network namespace $ns ($NET.$((10 + i))), joining with a token"
