@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	agentbench "flotilla.dev/flotilla/bench/agent"
+	"flotilla.dev/flotilla/bench/fleetsim"
 	gitopsbench "flotilla.dev/flotilla/bench/gitops"
 	"flotilla.dev/flotilla/bench/hubapi"
 	proxybench "flotilla.dev/flotilla/bench/proxy"
@@ -29,9 +31,10 @@ import (
 )
 
 func main() {
-	only := flag.String("only", "", "comma-separated figures to run (api,fanout,rollout,gitops,scheduler,proxy,etcd,binary,trust,agent,autonomy); empty runs all")
+	only := flag.String("only", "", "comma-separated figures to run (api,fanout,fleet,rollout,gitops,scheduler,proxy,etcd,binary,trust,agent,autonomy); empty runs all")
+	fleetSizes := flag.String("fleet-sizes", "1000", "comma-separated fleet sizes the fleet figure simulates (1000,5000,10000 for the issue's table)")
 	flag.Parse()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
 	want := func(name string) bool {
 		return *only == "" || strings.Contains(","+*only+",", ","+name+",")
@@ -96,6 +99,20 @@ func main() {
 					fmt.Printf("%-44s p50 %v  p99 %v  all %v  hub RSS %d MB  (target p99 ≤ 1 s, RSS ≤ 1 GB at 10,000)\n",
 						name, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.All.Round(time.Millisecond), r.HubRSS>>20)
 				}
+			}
+		}
+	}
+	if want("fleet") {
+		for _, f := range strings.Split(*fleetSizes, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				report("fleet", fmt.Errorf("-fleet-sizes: %q is not a number of devices", f))
+				continue
+			}
+			lines, err := fleetFigures(ctx, n)
+			report(fmt.Sprintf("fleet of %d devices", n), err)
+			for _, l := range lines {
+				fmt.Println(l)
 			}
 		}
 	}
@@ -315,4 +332,23 @@ func startHubWith(ctx context.Context, pkiFrom string, args ...string) (*hubProc
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// fleetFigures runs bench/fleetsim's devices against a hub of their own.
+func fleetFigures(ctx context.Context, devices int) ([]string, error) {
+	hub, err := startHub(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer hub.stop()
+	dir, err := os.MkdirTemp("", "flotilla-bench-fleet-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	r, err := fleetsim.Run(ctx, hub.cfg, hub.cmd.Process.Pid, devices, dir)
+	if err != nil {
+		return nil, err
+	}
+	return r.Lines(), nil
 }

@@ -1,0 +1,209 @@
+package fleetsim
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/pager"
+)
+
+// Result are the figures of one run.
+type Result struct {
+	Devices, Sites int
+	// Joined is how long the devices took to join and report Ready.
+	Joined time.Duration
+	// Hub and Sim are the hub's and the simulator's CPU (cores) and RSS
+	// in steady state: every device watching and renewing its Lease.
+	HubCores, SimCores float64
+	HubRSS, SimRSS     int64
+	// ListP99 is a user's `get pods -A` (pages of 500) and ApplyP99 a
+	// change to one object, under that load.
+	ListP99, ApplyP99 time.Duration
+	// EventP50/P99: from a DaemonSet's creation to its pod reaching each
+	// device's watch; Ready: until the DaemonSet counts every pod Ready.
+	EventP50, EventP99, Ready time.Duration
+	// HubPeakRSS is the hub's RSS after the rollout.
+	HubPeakRSS int64
+}
+
+// Lines are the figures as `make bench` prints them.
+func (r Result) Lines() []string {
+	name := fmt.Sprintf("fleet of %d devices (%d sites)", r.Devices, r.Sites)
+	return []string{
+		fmt.Sprintf("%-44s hub %.2f cores %d MB steady  (simulator %.2f cores %d MB; target ≤ 1 core, ≤ 1 GB at 10,000)",
+			name, r.HubCores, r.HubRSS>>20, r.SimCores, r.SimRSS>>20),
+		fmt.Sprintf("%-44s DaemonSet to every device's watch p50 %v p99 %v, all Ready %v, hub RSS %d MB  (target p99 ≤ 1 s)",
+			name, r.EventP50.Round(time.Millisecond), r.EventP99.Round(time.Millisecond), r.Ready.Round(time.Millisecond), r.HubPeakRSS>>20),
+		fmt.Sprintf("%-44s get pods -A p99 %v, apply p99 %v under that load; joined in %v",
+			name, r.ListP99.Round(time.Millisecond), r.ApplyP99.Round(time.Millisecond), r.Joined.Round(time.Second)),
+	}
+}
+
+// Run measures a fleet of devices devices (ten per site) against the hub
+// admin reaches, whose process is hubPID (0: no hub figures).
+func Run(ctx context.Context, admin *rest.Config, hubPID, devices int, dataDir string) (Result, error) {
+	r := Result{Devices: devices, Sites: max(devices/10, 1)}
+	cs, err := kubernetes.NewForConfig(admin)
+	if err != nil {
+		return r, err
+	}
+	start := time.Now()
+	f, err := Start(ctx, Options{Admin: admin, Devices: devices, Sites: r.Sites, DataDir: dataDir, Prefix: fmt.Sprintf("sim%d", devices)})
+	if err != nil {
+		return r, err
+	}
+	defer f.Stop()
+	if err := f.WaitWatching(ctx); err != nil {
+		return r, err
+	}
+	r.Joined = time.Since(start)
+
+	// Steady state: two Lease rounds.
+	time.Sleep(5 * time.Second)
+	hub0, self0, t0 := cpuOf(hubPID), cpuOf(os.Getpid()), time.Now()
+	time.Sleep(20 * time.Second)
+	el := time.Since(t0).Seconds()
+	r.HubCores, r.SimCores = (cpuOf(hubPID)-hub0)/el, (cpuOf(os.Getpid())-self0)/el
+	r.HubRSS, r.SimRSS = rssOf(hubPID), rssOf(os.Getpid())
+
+	ns := fmt.Sprintf("fleetsim-%d", devices)
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return r, err
+	}
+
+	sel := map[string]string{"app": "fleetsim"}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "fleetsim", Namespace: ns},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: sel},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app",
+				Image: "registry.example/fleetsim@sha256:" + strings.Repeat("1", 64)}}},
+		}}}
+	created := time.Now()
+	if _, err := cs.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		return r, err
+	}
+	defer func() {
+		_ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	}()
+	for {
+		d, err := cs.AppsV1().DaemonSets(ns).Get(ctx, "fleetsim", metav1.GetOptions{})
+		if err == nil && int(d.Status.NumberReady) == devices {
+			r.Ready = time.Since(created)
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return r, fmt.Errorf("the DaemonSet's pods: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	r.HubPeakRSS = rssOf(hubPID)
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return r, err
+	}
+	uidOn := map[string]types.UID{}
+	for _, p := range pods.Items {
+		uidOn[p.Spec.NodeName] = p.UID
+	}
+	var lat []time.Duration
+	for _, d := range f.Devices() {
+		at, ok := d.SawPod(uidOn[d.Name()])
+		if !ok {
+			return r, fmt.Errorf("device %s never saw its pod", d.Name())
+		}
+		lat = append(lat, at.Sub(created))
+	}
+	r.EventP50, r.EventP99 = percentile(lat, 50), percentile(lat, 99)
+	// A user's reads and writes with a pod per device in the store.
+	if r.ListP99, r.ApplyP99, err = userOps(ctx, cs, ns); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// userOps times 20 lists of every pod (as kubectl, in pages of 500) and
+// 20 changes of one ConfigMap.
+func userOps(ctx context.Context, cs kubernetes.Interface, ns string) (list, apply time.Duration, err error) {
+	cm, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "user"}}, metav1.CreateOptions{})
+	if err != nil {
+		return 0, 0, err
+	}
+	var lists, applies []time.Duration
+	for i := range 20 {
+		t := time.Now()
+		p := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
+		})
+		p.PageSize = 500
+		if _, _, err := p.List(ctx, metav1.ListOptions{}); err != nil {
+			return 0, 0, err
+		}
+		lists = append(lists, time.Since(t))
+		t = time.Now()
+		cm.Data = map[string]string{"n": strconv.Itoa(i)}
+		if cm, err = cs.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			return 0, 0, err
+		}
+		applies = append(applies, time.Since(t))
+	}
+	return percentile(lists, 99), percentile(applies, 99), nil
+}
+
+func percentile(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+// cpuOf is the CPU seconds process pid has used (0 when unknown).
+func cpuOf(pid int) float64 {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name may hold spaces: fields count from its ")".
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+func rssOf(pid int) int64 {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
