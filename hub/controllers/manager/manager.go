@@ -56,8 +56,10 @@ type Options struct {
 	// NodeLifecycle and Scheduler configure those loops.
 	NodeLifecycle nodelifecycle.Config
 	Scheduler     scheduler.Config
-	// QPS and Burst of the loops' client; 0 means 200 and 400 (the API is
-	// the hub's own, usually on the same machine).
+	// QPS and Burst of the loops' client; 0 means 1000 and 2000. The API
+	// is the hub's own, which bounds its work itself; a lower client-side
+	// limit was what a DaemonSet for 1,000 devices waited on (its pods,
+	// their bindings and their Events share one bucket).
 	QPS   float32
 	Burst int
 	// Logger; default slog.Default().
@@ -72,7 +74,7 @@ var defaultWorkers = map[string]int{
 func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	cfg = rest.CopyConfig(cfg)
 	if opts.QPS == 0 {
-		opts.QPS, opts.Burst = 200, 400
+		opts.QPS, opts.Burst = 1000, 2000
 	}
 	cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
 	if cfg.UserAgent == "" {
