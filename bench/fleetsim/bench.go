@@ -45,6 +45,20 @@ type Result struct {
 	BoundP50, BoundP99 time.Duration
 	// HubPeakRSS is the hub's RSS after the rollout.
 	HubPeakRSS int64
+	// Reconnected is, after a hub restart, how long until every device
+	// had all its watches open again, and RestartPeakRSS the new hub's
+	// largest RSS meanwhile (0 when the run restarts no hub).
+	Reconnected    time.Duration
+	RestartPeakRSS int64
+}
+
+// Hub is the hub process a run measures.
+type Hub struct {
+	// PID is the process (0: no hub figures).
+	PID int
+	// Restart, when set, stops the hub and starts it again on the same
+	// data dir and address, returning the new PID.
+	Restart func(context.Context) (int, error)
 }
 
 // Lines are the figures as `make bench` prints them.
@@ -59,12 +73,15 @@ func (r Result) Lines() []string {
 			name, r.FanoutP50.Round(time.Millisecond), r.FanoutP99.Round(time.Millisecond), r.BoundP50.Round(time.Millisecond), r.BoundP99.Round(time.Millisecond)),
 		fmt.Sprintf("%-44s get pods -A p99 %v, apply p99 %v under that load; joined in %v",
 			name, r.ListP99.Round(time.Millisecond), r.ApplyP99.Round(time.Millisecond), r.Joined.Round(time.Second)),
+		fmt.Sprintf("%-44s hub restarted: every device's watches back after %v, peak RSS %d MB  (target ≤ 60 s)",
+			name, r.Reconnected.Round(100*time.Millisecond), r.RestartPeakRSS>>20),
 	}
 }
 
 // Run measures a fleet of devices devices (ten per site) against the hub
 // admin reaches, whose process is hubPID (0: no hub figures).
-func Run(ctx context.Context, admin *rest.Config, hubPID, devices int, dataDir string) (Result, error) {
+func Run(ctx context.Context, admin *rest.Config, hub Hub, devices int, dataDir string) (Result, error) {
+	hubPID := hub.PID
 	r := Result{Devices: devices, Sites: max(devices/10, 1)}
 	cs, err := kubernetes.NewForConfig(admin)
 	if err != nil {
@@ -154,6 +171,11 @@ func Run(ctx context.Context, admin *rest.Config, hubPID, devices int, dataDir s
 	// A user's reads and writes with a pod per device in the store.
 	if r.ListP99, r.ApplyP99, err = userOps(ctx, cs, ns); err != nil {
 		return r, err
+	}
+	if hub.Restart != nil {
+		if r.Reconnected, r.RestartPeakRSS, err = restartStorm(ctx, hub.Restart, f); err != nil {
+			return r, err
+		}
 	}
 	return r, nil
 }
@@ -266,4 +288,39 @@ func watchBindings(ctx context.Context, cs kubernetes.Interface, ns string) (*bi
 	}()
 	var once sync.Once
 	return b, func() { once.Do(w.Stop) }, nil
+}
+
+// restartStorm restarts the hub and waits until every device has all its
+// watches open again on the new one, sampling the new hub's RSS.
+func restartStorm(ctx context.Context, restart func(context.Context) (int, error), f *Fleet) (time.Duration, int64, error) {
+	before := map[*Device]int64{}
+	for _, d := range f.Devices() {
+		before[d] = d.Reconnects()
+	}
+	start := time.Now()
+	pid, err := restart(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("restarting the hub: %w", err)
+	}
+	var peak int64
+	for {
+		peak = max(peak, rssOf(pid))
+		back := 0
+		for _, d := range f.Devices() {
+			if d.Watching() == 3 && d.Reconnects() >= before[d]+3 {
+				back++
+			}
+		}
+		if back == len(f.Devices()) {
+			return time.Since(start), peak, nil
+		}
+		if time.Since(start) > 5*time.Minute {
+			return 0, peak, fmt.Errorf("%d of %d devices had their watches back 5 minutes after the hub restarted", back, len(f.Devices()))
+		}
+		select {
+		case <-ctx.Done():
+			return 0, peak, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

@@ -242,13 +242,21 @@ func autonomy(ctx context.Context) ([]string, error) {
 }
 
 type hubProc struct {
-	cmd *exec.Cmd
-	dir string
-	cfg *rest.Config
-	cs  kubernetes.Interface
+	cmd  *exec.Cmd
+	bin  string
+	args []string
+	dir  string
+	cfg  *rest.Config
+	cs   kubernetes.Interface
 }
 
 func (h *hubProc) stop() {
+	h.kill()
+	_ = os.RemoveAll(h.dir)
+}
+
+// kill ends the hub process, leaving its data dir.
+func (h *hubProc) kill() {
 	_ = h.cmd.Process.Signal(os.Interrupt)
 	done := make(chan struct{})
 	go func() { _ = h.cmd.Wait(); close(done) }()
@@ -258,7 +266,6 @@ func (h *hubProc) stop() {
 		_ = h.cmd.Process.Kill()
 		<-done
 	}
-	_ = os.RemoveAll(h.dir)
 }
 
 func (h *hubProc) namespace(ctx context.Context, name string) (string, error) {
@@ -288,14 +295,25 @@ func startHubWith(ctx context.Context, pkiFrom string, args ...string) (*hubProc
 			return nil, err
 		}
 	}
-	cmd := exec.CommandContext(ctx, bin, append([]string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--config=", "--log-level", "warn"}, args...)...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
+	h := &hubProc{bin: bin, args: args, dir: dir}
+	if err := h.launch(ctx, "127.0.0.1:0"); err != nil {
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("running %s: %w (run `make bench`, which builds it)", bin, err)
+	return h, nil
+}
+
+// launch starts the hub process on listen and waits until it answers.
+func (h *hubProc) launch(ctx context.Context, listen string) error {
+	cmd := exec.CommandContext(ctx, h.bin, append([]string{"serve", "--data-dir", h.dir, "--listen", listen, "--config=", "--log-level", "warn"}, h.args...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return err
 	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("running %s: %w (run `make bench`, which builds it)", h.bin, err)
+	}
+	h.cmd = cmd
 	ready := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -311,27 +329,39 @@ func startHubWith(ctx context.Context, pkiFrom string, args ...string) (*hubProc
 	case <-ready:
 	case <-time.After(30 * time.Second):
 		_ = cmd.Process.Kill()
-		return nil, fmt.Errorf("the hub did not start within 30s")
+		_ = cmd.Wait()
+		return fmt.Errorf("the hub did not start within 30s")
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "admin.kubeconfig"))
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(h.dir, "admin.kubeconfig"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cfg.QPS, cfg.Burst = -1, 0
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	h := &hubProc{cmd: cmd, dir: dir, cfg: cfg, cs: cs}
+	h.cfg, h.cs = cfg, cs
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		if _, err := cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err == nil {
-			return h, nil
+			return nil
 		} else if time.Now().After(deadline) {
-			h.stop()
-			return nil, fmt.Errorf("the hub does not answer: %w", err)
+			h.kill()
+			return fmt.Errorf("the hub does not answer: %w", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// restart stops the hub and starts it again on its data dir and address,
+// as a hub upgrade does; it returns the new process's PID.
+func (h *hubProc) restart(ctx context.Context) (int, error) {
+	listen := strings.TrimPrefix(h.cfg.Host, "https://")
+	h.kill()
+	if err := h.launch(ctx, listen); err != nil {
+		return 0, err
+	}
+	return h.cmd.Process.Pid, nil
 }
 
 // fleetFigures runs bench/fleetsim's devices against a hub of their own.
@@ -346,7 +376,7 @@ func fleetFigures(ctx context.Context, devices int) ([]string, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	r, err := fleetsim.Run(ctx, hub.cfg, hub.cmd.Process.Pid, devices, dir)
+	r, err := fleetsim.Run(ctx, hub.cfg, fleetsim.Hub{PID: hub.cmd.Process.Pid, Restart: hub.restart}, devices, dir)
 	if err != nil {
 		return nil, err
 	}
