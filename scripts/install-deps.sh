@@ -51,7 +51,16 @@ if ! [ -S /run/containerd/containerd.sock ] || ! ctr --address /run/containerd/c
   if command -v systemctl >/dev/null 2>&1 && systemctl is-system-running >/dev/null 2>&1; then
     systemctl start containerd
   else
-    nohup containerd >/var/log/flotilla/containerd.log 2>&1 &
+    # containerd outlives this script: it must not keep the caller's other
+    # open files (a lock held by `flock … install-deps.sh` would stay held
+    # for as long as containerd runs).
+    (
+      for fd in /proc/$BASHPID/fd/*; do
+        fd=${fd##*/}
+        [ "$fd" -gt 2 ] && eval "exec $fd>&-"
+      done
+      exec nohup containerd >/var/log/flotilla/containerd.log 2>&1 </dev/null
+    ) &
   fi
   for _ in $(seq 1 50); do
     ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1 && break
