@@ -311,7 +311,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent started", "version", version.Version, "runtime", runtimeVersion, "server", srv.Addr().String(), "site", site)
 	return run.Group{
 		Loops: []run.Loop{
-			{Name: "site", Run: func(ctx context.Context) error { return a.watchSite(ctx, shared, site) }},
+			{Name: "site", Run: func(ctx context.Context) error { return a.watchSite(ctx, shared, store, site) }},
 			{Name: "agent server", Run: srv.Run},
 			{Name: "node", Run: nd.Run},
 			{Name: "service proxy", Run: px.Run},
@@ -343,16 +343,16 @@ func (a *Agent) site(store *localstore.Store) string {
 // another site than site. A zone the agent configures itself is its own
 // to keep (the Node loop puts it back), so only a site given by a join
 // token or an admin is watched.
-func (a *Agent) watchSite(ctx context.Context, shared *hubclient.Informers, site string) error {
+func (a *Agent) watchSite(ctx context.Context, shared *hubclient.Informers, store *localstore.Store, site string) error {
 	if _, ok := a.cfg.Labels[api.LabelZone]; ok {
 		<-ctx.Done()
 		return nil
 	}
-	moved := make(chan string, 1)
+	moved := make(chan *corev1.Node, 1)
 	seen := func(obj any) {
 		if n, ok := obj.(*corev1.Node); ok && n.Name == a.cfg.NodeName && api.SiteOf(n) != site {
 			select {
-			case moved <- api.SiteOf(n):
+			case moved <- n:
 			default:
 			}
 		}
@@ -368,8 +368,13 @@ func (a *Agent) watchSite(ctx context.Context, shared *hubclient.Informers, site
 	select {
 	case <-ctx.Done():
 		return nil
-	case to := <-moved:
-		return fmt.Errorf("%w (from %q to %q)", ErrSiteChanged, site, to)
+	case n := <-moved:
+		// The next Run reads the site from the store: it must find this
+		// Node there, whichever handler of the informer ran first.
+		if err := localstore.Put(store, localstore.Nodes, n); err != nil {
+			a.log.Warn("could not record the node's new site; the next start may take the old one first", "err", err)
+		}
+		return fmt.Errorf("%w (from %q to %q)", ErrSiteChanged, site, api.SiteOf(n))
 	}
 }
 
