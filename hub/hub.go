@@ -174,6 +174,11 @@ func New(cfg Config) (*Hub, error) {
 		st.Close()
 		return nil, fmt.Errorf("building the OpenAPI documents: %w", err)
 	}
+	tc, err := apiserver.TypeConverter(oapi)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	sec, auditLog, err := openSecurity(cfg, st)
 	if err != nil {
 		st.Close()
@@ -210,6 +215,7 @@ func New(cfg Config) (*Hub, error) {
 		Limits:                 cfg.Limits,
 		EventTTL:               cfg.EventTTL,
 		MaxEventBytesPerObject: cfg.MaxEventBytesPerObject,
+		TypeConverter:          tc,
 	})
 	if err != nil {
 		auditLog.Close()

@@ -44,7 +44,7 @@ func (s *Server) handleBinding(w http.ResponseWriter, r *http.Request, ri *reque
 	if err != nil {
 		return err
 	}
-	_, _, _, err = s.update(r.Context(), ri.Resource, ri.Namespace, ri.Name, "internal", dry, func(cur runtime.Object) (runtime.Object, error) {
+	_, _, _, err = s.update(r.Context(), ri.Resource, ri.Namespace, ri.Name, "internal", dry, owner{}, func(cur runtime.Object) (runtime.Object, error) {
 		pod := cur.(*corev1.Pod)
 		if b.UID != "" && b.UID != pod.UID {
 			return nil, conflict(ri, fmt.Sprintf("the Binding is for pod uid %s, but the pod's uid is %s", b.UID, pod.UID))

@@ -22,7 +22,7 @@ func (s *Server) bootstrap(ctx context.Context) error {
 			continue
 		}
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-		if _, _, err := s.create(ctx, nsResource, ns, false); err != nil && !apierrors.IsAlreadyExists(err) {
+		if _, _, err := s.create(ctx, nsResource, ns, false, owner{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	}
@@ -82,7 +82,7 @@ func (s *Server) finalizeNamespace(ctx context.Context, name string) error {
 	if remaining > 0 {
 		return nil
 	}
-	_, _, _, err := s.update(ctx, nsResource, "", name, "internal", false, func(cur runtime.Object) (runtime.Object, error) {
+	_, _, _, err := s.update(ctx, nsResource, "", name, "internal", false, owner{}, func(cur runtime.Object) (runtime.Object, error) {
 		m, _ := meta.Accessor(cur)
 		m.SetFinalizers(removeString(m.GetFinalizers(), namespaceFinalizer))
 		return cur, nil

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 
 	"flotilla.dev/flotilla/api"
@@ -107,9 +108,9 @@ func newPatcher(res *api.Resource, ct string, body []byte) (func(cur []byte) ([]
 		apply = func(cur []byte) ([]byte, error) {
 			return strategicpatch.StrategicMergePatch(cur, body, res.New())
 		}
-	case "application/apply-patch+yaml", "application/apply-patch+cbor":
+	case "application/apply-patch+cbor":
 		return nil, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnsupportedMediaType, Reason: metav1.StatusReasonUnsupportedMediaType,
-			Message: "server-side apply is not supported by this hub; use client-side apply (kubectl apply without --server-side)"}}
+			Message: "server-side apply takes YAML or JSON here, not CBOR; send the applied configuration as application/apply-patch+yaml"}}
 	default:
 		return nil, &apierrors.StatusError{ErrStatus: statusUnsupportedMedia(ct)}
 	}
@@ -127,8 +128,16 @@ func newPatcher(res *api.Resource, ct string, body []byte) (func(cur []byte) ([]
 
 // handlePatch applies a JSON merge patch, a JSON patch or a strategic
 // merge patch (what kubectl apply sends) to the current object and stores
-// the result through the ordinary update path.
+// the result through the ordinary update path; server-side applies go to
+// handleApply.
 func (s *Server) handlePatch(w http.ResponseWriter, r *http.Request, ri *requestInfo) error {
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if ct == string(types.ApplyYAMLPatchType) {
+		return s.handleApply(w, r, ri)
+	}
+	if _, err := parsePatchOptions(r, types.PatchType(ct)); err != nil {
+		return err
+	}
 	body, err := readBody(r)
 	if err != nil {
 		return err
@@ -141,13 +150,12 @@ func (s *Server) handlePatch(w http.ResponseWriter, r *http.Request, ri *request
 	if err != nil {
 		return err
 	}
-	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	apply, err := newPatcher(ri.Resource, ct, body)
 	if err != nil {
 		return err
 	}
 	var warnings []string
-	out, raw, _, err := s.update(r.Context(), ri.Resource, ri.Namespace, ri.Name, ri.Subresource, dry, func(cur runtime.Object) (runtime.Object, error) {
+	out, raw, _, err := s.update(r.Context(), ri.Resource, ri.Namespace, ri.Name, ri.Subresource, dry, ownerOf(r), func(cur runtime.Object) (runtime.Object, error) {
 		curJSON, err := encodeObject(ri.Resource, cur)
 		if err != nil {
 			return nil, apierrors.NewInternalError(err)

@@ -187,6 +187,13 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, ri *requestI
 // readObject decodes the object a create or update sends, under the
 // request's field validation, and says whether the request is a dry run.
 func readObject(w http.ResponseWriter, r *http.Request, ri *requestInfo) (runtime.Object, bool, error) {
+	kind := "UpdateOptions"
+	if ri.Verb == "create" {
+		kind = "CreateOptions"
+	}
+	if err := checkFieldManager(r, kind); err != nil {
+		return nil, false, err
+	}
 	body, err := readBody(r)
 	if err != nil {
 		return nil, false, err
@@ -233,7 +240,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, ri *reques
 	} else {
 		m.SetNamespace("")
 	}
-	out, raw, err := s.create(r.Context(), ri.Resource, obj, dry)
+	out, raw, err := s.create(r.Context(), ri.Resource, obj, dry, ownerOf(r))
 	if err != nil {
 		return err
 	}
@@ -257,7 +264,7 @@ func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request, ri *reques
 		}
 	}
 	wantRV := m.GetResourceVersion()
-	out, raw, created, err := s.update(r.Context(), ri.Resource, ri.Namespace, ri.Name, ri.Subresource, dry, func(cur runtime.Object) (runtime.Object, error) {
+	out, raw, created, err := s.update(r.Context(), ri.Resource, ri.Namespace, ri.Name, ri.Subresource, dry, ownerOf(r), func(cur runtime.Object) (runtime.Object, error) {
 		if wantRV != "" && cur != nil {
 			cm, _ := meta.Accessor(cur)
 			if cm.GetResourceVersion() != wantRV {

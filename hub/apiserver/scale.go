@@ -87,6 +87,9 @@ func (s *Server) handleScale(w http.ResponseWriter, r *http.Request, ri *request
 	if ri.Verb != "update" && ri.Verb != "patch" {
 		return methodNotAllowed(ri.Resource, r.Method)
 	}
+	if err := checkFieldManager(r, "UpdateOptions"); err != nil {
+		return err
+	}
 	body, err := readBody(r)
 	if err != nil {
 		return err
@@ -96,7 +99,9 @@ func (s *Server) handleScale(w http.ResponseWriter, r *http.Request, ri *request
 		return err
 	}
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	out, _, _, err := s.update(r.Context(), ri.Resource, ri.Namespace, ri.Name, "", dry, func(cur runtime.Object) (runtime.Object, error) {
+	o := ownerOf(r)
+	o.subresource = "scale"
+	out, _, _, err := s.update(r.Context(), ri.Resource, ri.Namespace, ri.Name, "", dry, o, func(cur runtime.Object) (runtime.Object, error) {
 		sc, err := scaleOf(cur)
 		if err != nil {
 			return nil, apierrors.NewInternalError(err)

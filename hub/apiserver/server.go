@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/managedfields"
 
 	"flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/api/validation"
@@ -70,6 +71,10 @@ type Config struct {
 	// defaults (1 h, 256 KiB), negative means no limit.
 	EventTTL               time.Duration
 	MaxEventBytesPerObject int
+	// TypeConverter types server-side apply and the managedFields of every
+	// write (see TypeConverter); built from the hub's OpenAPI documents
+	// when nil.
+	TypeConverter managedfields.TypeConverter
 }
 
 // Server is the hub's API server.
@@ -85,6 +90,7 @@ type Server struct {
 	// nsQueue carries namespaces being deleted to the namespace finalizer.
 	nsQueue chan string
 	limits  *limiters
+	fields  *fieldManagers
 }
 
 // maxBodyBytes bounds request bodies; objects are further bounded by
@@ -123,6 +129,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Log, store: cfg.Store, now: cfg.Now, ready: make(chan struct{}), nsQueue: make(chan string, 1024)}
 	s.limits = newLimiters(cfg.Limits, cfg.Now)
+	s.fields = newFieldManagers(cfg.TypeConverter)
 	s.metrics = newMetrics(cfg.Registry, func() *watchCache { return s.cache })
 	s.cache = newWatchCache(cfg.Log, cfg.Store, cfg.WatchWindow, cfg.WatcherBuffer, s.metrics)
 	alloc, err := newServiceAllocator(cfg.ServiceCIDR, cfg.NodePortBase, cfg.NodePortSize)

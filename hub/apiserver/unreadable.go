@@ -187,7 +187,7 @@ func (s *Server) writeUnreadableEvent(ctx context.Context, r unreadableReport) e
 		Source:         corev1.EventSource{Component: "flotilla-hub"},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
-	_, _, err := s.create(ctx, eventResource, ev, false)
+	_, _, err := s.create(ctx, eventResource, ev, false, owner{})
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	}

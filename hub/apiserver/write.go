@@ -41,7 +41,10 @@ func invalid(res *api.Resource, name string, errs field.ErrorList) error {
 
 // create admits and stores a new object. It returns the stored object
 // (with its resourceVersion) and its encoding.
-func (s *Server) create(ctx context.Context, res *api.Resource, obj runtime.Object, dryRun bool) (runtime.Object, []byte, error) {
+// o records who created it in managedFields; the zero owner keeps the
+// managedFields obj has (an apply computed them; the hub's own objects have
+// none).
+func (s *Server) create(ctx context.Context, res *api.Resource, obj runtime.Object, dryRun bool, o owner) (runtime.Object, []byte, error) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return nil, nil, badRequest("the object has no metadata: %v", err)
@@ -57,11 +60,12 @@ func (s *Server) create(ctx context.Context, res *api.Resource, obj runtime.Obje
 	m.SetCreationTimestamp(now)
 	m.SetDeletionTimestamp(nil)
 	m.SetDeletionGracePeriodSeconds(nil)
-	m.SetManagedFields(nil)
 	m.SetSelfLink("")
 	m.SetGeneration(1)
 	prepareCreate(res, obj)
 	defaults.Default(obj)
+	obj = s.fields.record(res, "", nil, obj, o)
+	m, _ = meta.Accessor(obj)
 	if errs := validation.ValidateCreate(obj, s.validationOptions()); len(errs) > 0 {
 		return nil, nil, invalid(res, m.GetName(), errs)
 	}
@@ -84,6 +88,9 @@ func (s *Server) create(ctx context.Context, res *api.Resource, obj runtime.Obje
 	if err != nil {
 		release()
 		return nil, nil, apierrors.NewInternalError(err)
+	}
+	if len(data) > api.MaxObjectSize && o.track {
+		data = dropManagedFields(res, obj, data)
 	}
 	if len(data) > api.MaxObjectSize {
 		release()
@@ -166,8 +173,9 @@ type updateFunc func(cur runtime.Object) (runtime.Object, error)
 // writes it with compare-and-swap, retrying when another writer got there
 // first (fn decides whether a stale resourceVersion is a conflict).
 // subresource "status" writes only status; "" everything but status;
-// "internal" both (bindings and the hub's own changes).
-func (s *Server) update(ctx context.Context, res *api.Resource, ns, name, subresource string, dryRun bool, fn updateFunc) (runtime.Object, []byte, bool, error) {
+// "internal" both (bindings and the hub's own changes). o records who
+// wrote it in managedFields, as create's.
+func (s *Server) update(ctx context.Context, res *api.Resource, ns, name, subresource string, dryRun bool, o owner, fn updateFunc) (runtime.Object, []byte, bool, error) {
 	key := objectKey(res, ns, name)
 	for attempt := 0; ; attempt++ {
 		kv, err := s.store.Get(ctx, key)
@@ -178,7 +186,7 @@ func (s *Server) update(ctx context.Context, res *api.Resource, ns, name, subres
 				if err != nil {
 					return nil, nil, false, err
 				}
-				out, raw, err := s.create(ctx, res, obj, dryRun)
+				out, raw, err := s.create(ctx, res, obj, dryRun, o)
 				return out, raw, true, err
 			}
 			return nil, nil, false, apierrors.NewNotFound(res.GVR.GroupResource(), name)
@@ -199,6 +207,12 @@ func (s *Server) update(ctx context.Context, res *api.Resource, ns, name, subres
 		obj, err = s.prepareUpdate(res, subresource, obj, cur)
 		if err != nil {
 			return nil, nil, false, err
+		}
+		if subresource != "internal" {
+			// Recorded from the object as it will be stored (defaulted,
+			// status split off), so that only the writer's real changes
+			// count as its own.
+			obj = s.fields.record(res, subresource, cur, obj, o)
 		}
 		if err := s.admit(s.withLookup(ctx), obj, cur); err != nil {
 			return nil, nil, false, err
@@ -228,6 +242,9 @@ func (s *Server) update(ctx context.Context, res *api.Resource, ns, name, subres
 		if err != nil {
 			return nil, nil, false, apierrors.NewInternalError(err)
 		}
+		if len(data) > api.MaxObjectSize && o.track {
+			data = dropManagedFields(res, obj, data)
+		}
 		if len(data) > api.MaxObjectSize {
 			return nil, nil, false, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("the %s is %d bytes; objects are limited to %d bytes", res.Kind, len(data), api.MaxObjectSize))
 		}
@@ -255,6 +272,26 @@ func (s *Server) update(ctx context.Context, res *api.Resource, ns, name, subres
 	}
 }
 
+// dropManagedFields encodes obj without its managedFields when they alone
+// make it larger than an object may be, as kube-apiserver retries such an
+// update or create: the write matters more than the record of who made
+// it. An apply keeps them (its ownership is what it asked for) and is
+// refused as too large instead.
+func dropManagedFields(res *api.Resource, obj runtime.Object, data []byte) []byte {
+	m, _ := meta.Accessor(obj)
+	if len(m.GetManagedFields()) == 0 {
+		return data
+	}
+	mf := m.GetManagedFields()
+	m.SetManagedFields(nil)
+	out, err := encodeObject(res, obj)
+	if err != nil || len(out) > api.MaxObjectSize {
+		m.SetManagedFields(mf)
+		return data
+	}
+	return out
+}
+
 func mustEncode(res *api.Resource, obj runtime.Object) []byte {
 	b, err := encodeObject(res, obj)
 	if err != nil {
@@ -280,8 +317,10 @@ func (s *Server) prepareUpdate(res *api.Resource, subresource string, obj, cur r
 		// Only status changes; everything else is the stored object's.
 		next := cur.DeepCopyObject()
 		setStatus(next, getStatus(obj))
+		mf := m.GetManagedFields()
 		obj = next
 		m, _ = meta.Accessor(obj)
+		m.SetManagedFields(mf)
 	case "":
 		if res.HasStatus {
 			setStatus(obj, getStatus(cur))
@@ -293,7 +332,6 @@ func (s *Server) prepareUpdate(res *api.Resource, subresource string, obj, cur r
 	m.SetCreationTimestamp(cm.GetCreationTimestamp())
 	m.SetDeletionTimestamp(cm.GetDeletionTimestamp())
 	m.SetDeletionGracePeriodSeconds(cm.GetDeletionGracePeriodSeconds())
-	m.SetManagedFields(nil)
 	m.SetSelfLink("")
 	m.SetResourceVersion(cm.GetResourceVersion())
 	m.SetGeneration(cm.GetGeneration())

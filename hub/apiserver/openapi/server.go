@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/kube-openapi/pkg/builder"
 	"k8s.io/kube-openapi/pkg/builder3"
 	"k8s.io/kube-openapi/pkg/common"
@@ -163,4 +164,44 @@ func (s *Server) V2() *spec.Swagger { return s.v2 }
 func (s *Server) V3(groupVersion string) (*spec3.OpenAPI, bool) {
 	doc, ok := s.v3[groupVersion]
 	return doc, ok
+}
+
+// Schemas returns every schema of the v3 documents by definition name, as
+// managedfields.NewTypeConverter wants them: server-side apply merges and
+// tracks field ownership by these schemas (their list types and map keys),
+// so the fields it knows are exactly the ones the documents describe. Each
+// call builds a new map; the schemas themselves are shared.
+func (s *Server) Schemas() map[string]*spec.Schema {
+	out := map[string]*spec.Schema{}
+	for _, doc := range s.v3 {
+		if doc.Components == nil {
+			continue
+		}
+		for name, sc := range doc.Components.Schemas {
+			out[name] = withUntypedGVKs(sc)
+		}
+	}
+	return out
+}
+
+// withUntypedGVKs returns sc with its group-version-kinds in the form a
+// decoded document has them ([]any of map[string]any): the type converter
+// finds a kind's schema by them and reads no other form. sc itself is
+// shared with the served documents and stays as it is.
+func withUntypedGVKs(sc *spec.Schema) *spec.Schema {
+	gvks, ok := sc.Extensions[extensionGVK].([]metav1.GroupVersionKind)
+	if !ok {
+		return sc
+	}
+	list := make([]any, len(gvks))
+	for i, g := range gvks {
+		list[i] = map[string]any{"group": g.Group, "version": g.Version, "kind": g.Kind}
+	}
+	c := *sc
+	c.Extensions = spec.Extensions{}
+	for k, v := range sc.Extensions {
+		c.Extensions[k] = v
+	}
+	c.Extensions[extensionGVK] = list
+	return &c
 }
