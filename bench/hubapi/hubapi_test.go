@@ -31,6 +31,14 @@ func TestSmall(t *testing.T) {
 		t.Errorf("%d ConfigMaps after 10 creates", len(cms.Items))
 	}
 
+	ar, err := ApplyVsUpdate(ctx, h.Config, "default", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ar.Writes != 5 || ar.ApplyP50 <= 0 || ar.ApplyP99 < ar.ApplyP50 || ar.UpdateP50 <= 0 || ar.UpdateP99 < ar.UpdateP50 || ar.ManagedFieldsBytes == 0 {
+		t.Errorf("apply vs update: %+v", ar)
+	}
+
 	// The hub runs in this process, so its RSS is ours.
 	fr, err := Fanout(ctx, h.Config, "default", 3, os.Getpid())
 	if err != nil {

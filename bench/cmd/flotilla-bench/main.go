@@ -31,7 +31,7 @@ import (
 )
 
 func main() {
-	only := flag.String("only", "", "comma-separated figures to run (api,fanout,fleet,rollout,gitops,scheduler,proxy,etcd,binary,trust,agent,autonomy); empty runs all")
+	only := flag.String("only", "", "comma-separated figures to run (api,apply,fanout,fleet,rollout,gitops,scheduler,proxy,etcd,binary,trust,agent,autonomy); empty runs all")
 	fleetSizes := flag.String("fleet-sizes", "1000", "comma-separated fleet sizes the fleet figure simulates (1000,5000,10000 for the issue's table)")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
@@ -46,7 +46,7 @@ func main() {
 			failed = true
 		}
 	}
-	if want("api") || want("fanout") || want("rollout") || want("gitops") {
+	if want("api") || want("apply") || want("fanout") || want("rollout") || want("gitops") {
 		hub, err := startHub(ctx)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "starting the hub:", err)
@@ -67,6 +67,19 @@ func main() {
 						fmt.Sprintf("hub creates, %d client(s)", c.clients), r.PerSec, r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond))
 				}
 			}
+		}
+		if want("apply") {
+			ns, err := hub.namespace(ctx, "bench-apply")
+			if err == nil {
+				var r hubapi.ApplyResult
+				r, err = hubapi.ApplyVsUpdate(ctx, hub.cfg, ns, 1000)
+				if err == nil {
+					fmt.Printf("%-44s p50 %v  p99 %v  vs update p50 %v  p99 %v  (%d writes each, managedFields %d B)\n",
+						"server-side apply of a Deployment", r.ApplyP50.Round(10*time.Microsecond), r.ApplyP99.Round(10*time.Microsecond),
+						r.UpdateP50.Round(10*time.Microsecond), r.UpdateP99.Round(10*time.Microsecond), r.Writes, r.ManagedFieldsBytes)
+				}
+			}
+			report("server-side apply of a Deployment", err)
 		}
 		if want("rollout") {
 			d, err := rollout.Run(ctx, hub.cfg, 100)
