@@ -30,6 +30,9 @@ import (
 // the GitSources holds, when several hubs share an etcd.
 const GitOpsLeaseName = "flotilla-gitops"
 
+// GitOpsManager is the GitOps applier's user agent, so its field manager.
+const GitOpsManager = "flotilla-gitops"
+
 // loops lists what runs inside the hub against its own API, and the
 // unauthenticated handlers they serve on the hub's listener.
 func loops(v *viper.Viper, log *slog.Logger) ([]hub.Loop, map[string]http.Handler, error) {
@@ -59,6 +62,10 @@ func loops(v *viper.Viper, log *slog.Logger) ([]hub.Loop, map[string]http.Handle
 					NodeLifecycle: nodelifecycle.Config{ClusterCIDR: clusterCIDR}})
 			}},
 			{Name: "gitops", Run: func(ctx context.Context, cfg *rest.Config) error {
+				// Its writes are recorded in managedFields under this name
+				// (and audited with it): the manager a conflict names.
+				cfg = rest.CopyConfig(cfg)
+				cfg.UserAgent = GitOpsManager
 				client, err := kubernetes.NewForConfig(cfg)
 				if err != nil {
 					return err

@@ -1,7 +1,9 @@
 // Package apiserver is the hub's Kubernetes-compatible REST API: discovery,
 // CRUD with optimistic concurrency, the status and binding subresources,
-// patches as kubectl sends them, graceful deletion with finalizers, and
-// watches served from an in-memory watch cache fed by the store.
+// patches as kubectl sends them, server-side apply with managedFields
+// (apimachinery's field manager, typed by the served OpenAPI schemas),
+// graceful deletion with finalizers, and watches served from an in-memory
+// watch cache fed by the store.
 //
 // It is built so that client-go's typed clients and informers, and kubectl,
 // work against it unchanged, without embedding k8s.io/apiserver: the hub
