@@ -56,7 +56,11 @@ func (s *Server) handleApply(w http.ResponseWriter, r *http.Request, ri *request
 		return obj, nil
 	}
 	for attempt := 0; ; attempt++ {
-		out, raw, _, err := s.update(r.Context(), ri.Resource, ri.Namespace, ri.Name, sub, dry, owner{}, func(cur runtime.Object) (runtime.Object, error) {
+		out, raw, created, err := s.update(r.Context(), ri.Resource, ri.Namespace, ri.Name, sub, dry, owner{}, func(cur runtime.Object) (runtime.Object, error) {
+			if cur == nil {
+				// An Event, which update creates itself.
+				return apply(emptyLive(ri))
+			}
 			obj, err := apply(cur)
 			if err != nil {
 				return nil, err
@@ -87,8 +91,23 @@ func (s *Server) handleApply(w http.ResponseWriter, r *http.Request, ri *request
 		if err != nil {
 			return err
 		}
-		return s.writeObject(w, r, ri.Resource, http.StatusOK, out, raw)
+		code := http.StatusOK
+		if created {
+			code = http.StatusCreated
+		}
+		return s.writeObject(w, r, ri.Resource, code, out, raw)
 	}
+}
+
+// emptyLive is what an apply that creates merges into: the URL's object
+// with nothing set.
+func emptyLive(ri *requestInfo) runtime.Object {
+	live := ri.Resource.New()
+	live.GetObjectKind().SetGroupVersionKind(ri.Resource.GVK())
+	lm, _ := meta.Accessor(live)
+	lm.SetName(ri.Name)
+	lm.SetNamespace(ri.Namespace)
+	return live
 }
 
 // applyCreate creates the object an apply names from an empty one.
@@ -96,12 +115,7 @@ func (s *Server) applyCreate(r *http.Request, ri *requestInfo, patch *unstructur
 	if rv := patch.GetResourceVersion(); rv != "" {
 		return nil, nil, apierrors.NewNotFound(ri.Resource.GVR.GroupResource(), ri.Name)
 	}
-	live := ri.Resource.New()
-	live.GetObjectKind().SetGroupVersionKind(ri.Resource.GVK())
-	lm, _ := meta.Accessor(live)
-	lm.SetName(ri.Name)
-	lm.SetNamespace(ri.Namespace)
-	obj, err := apply(live)
+	obj, err := apply(emptyLive(ri))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -319,3 +319,16 @@ func TestManagedFieldsDroppedWhenTooLarge(t *testing.T) {
 		t.Fatalf("small create: %v %v", err, small.ManagedFields)
 	}
 }
+
+// TestApplyCreatesEvent: Events, which update creates when absent, are
+// created by an apply too.
+func TestApplyCreatesEvent(t *testing.T) {
+	h := hubtest.Start(t)
+	c := ctx(t)
+	ev := corev1ac.Event("e1", "default").WithReason("Tested").WithMessage("by apply").WithType("Normal").
+		WithInvolvedObject(corev1ac.ObjectReference().WithKind("Pod").WithName("p").WithNamespace("default"))
+	got, err := h.Client.CoreV1().Events("default").Apply(c, ev, metav1.ApplyOptions{FieldManager: "m"})
+	if err != nil || got.Reason != "Tested" || !owns(t, got, "m/Apply", "message") {
+		t.Fatalf("apply of an Event: %v %v", err, got)
+	}
+}
