@@ -75,6 +75,7 @@ type getOptions struct {
 	watch, watchOnly                bool
 	noHeaders, showLabels           bool
 	ignoreNotFound                  bool
+	showManagedFields               bool
 }
 
 func (a *App) getCommand() *cobra.Command {
@@ -97,6 +98,7 @@ func (a *App) getCommand() *cobra.Command {
 	f.BoolVar(&o.watchOnly, "watch-only", false, "watch for changes without listing first")
 	f.BoolVar(&o.noHeaders, "no-headers", false, "leave out the table header")
 	f.BoolVar(&o.showLabels, "show-labels", false, "add a LABELS column")
+	f.BoolVar(&o.showManagedFields, "show-managed-fields", false, "keep metadata.managedFields in yaml, json and jsonpath output")
 	f.BoolVar(&o.ignoreNotFound, "ignore-not-found", false, "say nothing about names that do not exist")
 	a.addAllNamespaces(cmd)
 	return cmd
@@ -111,6 +113,7 @@ func (a *App) runGet(ctx context.Context, args []string, o getOptions) error {
 	if err != nil {
 		return err
 	}
+	format.ShowManagedFields = o.showManagedFields
 	if _, err := fields.ParseSelector(o.fieldSelector); err != nil {
 		return fmt.Errorf("invalid field selector %q: %w", o.fieldSelector, err)
 	}

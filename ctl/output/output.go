@@ -25,7 +25,11 @@ type Format struct {
 	Kind string
 	// Template is the JSONPath template of "jsonpath=...".
 	Template string
-	jp       *jsonpath.JSONPath
+	// ShowManagedFields keeps metadata.managedFields in YAML, JSON and
+	// JSONPath output; like kubectl, they are left out by default: they
+	// are long and say who set what, not what is.
+	ShowManagedFields bool
+	jp                *jsonpath.JSONPath
 }
 
 // Parse reads an -o value.
@@ -88,6 +92,9 @@ func (f Format) Print(w io.Writer, obj runtime.Object, topts TableOptions) error
 	if err != nil {
 		return err
 	}
+	if !f.ShowManagedFields {
+		omitManagedFields(data)
+	}
 	switch f.Kind {
 	case "json":
 		b, err := json.MarshalIndent(data, "", "    ")
@@ -145,6 +152,22 @@ func ToMap(obj runtime.Object) (map[string]any, error) {
 		rv = lm.GetResourceVersion()
 	}
 	return map[string]any{"apiVersion": "v1", "kind": "List", "items": list, "metadata": map[string]any{"resourceVersion": rv}}, nil
+}
+
+// omitManagedFields drops metadata.managedFields from an object's map, or
+// from each item of a list's.
+func omitManagedFields(m map[string]any) {
+	if items, ok := m["items"].([]any); ok && m["kind"] == "List" {
+		for _, it := range items {
+			if im, ok := it.(map[string]any); ok {
+				omitManagedFields(im)
+			}
+		}
+		return
+	}
+	if md, ok := m["metadata"].(map[string]any); ok {
+		delete(md, "managedFields")
+	}
 }
 
 func objectMap(obj runtime.Object) (map[string]any, error) {

@@ -132,3 +132,36 @@ func TestKindGroup(t *testing.T) {
 		}
 	}
 }
+
+// TestManagedFieldsOmittedUnlessAsked: like kubectl, YAML, JSON and
+// JSONPath leave managedFields out, of objects and of list items, unless
+// ShowManagedFields.
+func TestManagedFieldsOmittedUnlessAsked(t *testing.T) {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "default",
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}}}
+	list := &corev1.ConfigMapList{Items: []corev1.ConfigMap{*cm}}
+	for _, kind := range []string{"yaml", "json", "jsonpath={..manager}"} {
+		for _, obj := range []runtime.Object{cm.DeepCopy(), list.DeepCopy()} {
+			f, err := Parse(kind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			// JSONPath says so when what it asks for is not there.
+			if err := f.Print(&buf, obj, TableOptions{}); err != nil && !strings.Contains(err.Error(), "manager is not found") {
+				t.Fatal(err)
+			}
+			if strings.Contains(buf.String(), "kubectl") {
+				t.Errorf("-o %s of a %T shows managedFields:\n%s", kind, obj, buf.String())
+			}
+			buf.Reset()
+			f.ShowManagedFields = true
+			if err := f.Print(&buf, obj, TableOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(buf.String(), "kubectl") {
+				t.Errorf("-o %s --show-managed-fields of a %T lost them:\n%s", kind, obj, buf.String())
+			}
+		}
+	}
+}
