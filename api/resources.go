@@ -69,6 +69,8 @@ var all = []*Resource{
 		New: func() runtime.Object { return &discoveryv1.EndpointSlice{} }, NewList: func() runtime.Object { return &discoveryv1.EndpointSliceList{} }},
 	{GVR: v1alpha1.SchemeGroupVersion.WithResource("gitsources"), Kind: "GitSource", Singular: "gitsource", Namespaced: true, ShortNames: []string{"gs"}, HasStatus: true,
 		New: func() runtime.Object { return &v1alpha1.GitSource{} }, NewList: func() runtime.Object { return &v1alpha1.GitSourceList{} }},
+	{GVR: v1alpha1.SchemeGroupVersion.WithResource("rolloutpolicies"), Kind: "RolloutPolicy", Singular: "rolloutpolicy", Namespaced: true, ShortNames: []string{"rp"}, HasStatus: true,
+		New: func() runtime.Object { return &v1alpha1.RolloutPolicy{} }, NewList: func() runtime.Object { return &v1alpha1.RolloutPolicyList{} }},
 }
 
 func init() {

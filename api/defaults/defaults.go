@@ -10,6 +10,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/v1alpha1"
@@ -22,6 +23,16 @@ const (
 	GitSourceTimeout  = 60 * time.Second
 	// GitVerifyModeHead checks the signature of the followed commit.
 	GitVerifyModeHead = "head"
+)
+
+// Defaults of a RolloutPolicy (issue 16): a wave is watched for a minute
+// of readiness, gets ten minutes to become ready, tolerates no failure, and
+// a failure holds the rollout, which changes nothing that was running.
+const (
+	RolloutReadySeconds   = 60
+	RolloutTimeoutSeconds = 600
+	RolloutMaxFailures    = 0
+	RolloutOnFailure      = v1alpha1.RolloutFailurePause
 )
 
 // Default fills in the empty fields of obj in place, as Kubernetes would on
@@ -56,6 +67,8 @@ func Default(obj runtime.Object) {
 		job(o)
 	case *v1alpha1.GitSource:
 		gitSource(o)
+	case *v1alpha1.RolloutPolicy:
+		rolloutPolicy(o)
 	}
 }
 
@@ -156,6 +169,22 @@ func gitSource(gs *v1alpha1.GitSource) {
 	}
 	if s.Verify != nil && s.Verify.Mode == "" {
 		s.Verify.Mode = GitVerifyModeHead
+	}
+}
+
+func rolloutPolicy(rp *v1alpha1.RolloutPolicy) {
+	c := &rp.Spec.SuccessCriteria
+	if c.ReadySeconds == nil {
+		c.ReadySeconds = ptr(int32(RolloutReadySeconds))
+	}
+	if c.TimeoutSeconds == nil {
+		c.TimeoutSeconds = ptr(int32(RolloutTimeoutSeconds))
+	}
+	if c.MaxFailures == nil {
+		c.MaxFailures = ptr(intstr.FromInt32(RolloutMaxFailures))
+	}
+	if rp.Spec.OnFailure == "" {
+		rp.Spec.OnFailure = RolloutOnFailure
 	}
 }
 

@@ -297,6 +297,21 @@ func TestDefaultOtherKinds(t *testing.T) {
 	if pinned.Spec.Ref.Branch != "" || *pinned.Spec.Prune {
 		t.Errorf("defaults overrode the source's choices: %+v", pinned.Spec)
 	}
+
+	rp := &v1alpha1.RolloutPolicy{}
+	Default(rp)
+	expectEqual(t, rp.Spec, v1alpha1.RolloutPolicySpec{
+		SuccessCriteria: v1alpha1.SuccessCriteria{ReadySeconds: ptr(int32(60)), MaxFailures: ptr(intstr.FromInt32(0)), TimeoutSeconds: ptr(int32(600))},
+		OnFailure:       v1alpha1.RolloutFailurePause,
+	})
+	chosen := &v1alpha1.RolloutPolicy{Spec: v1alpha1.RolloutPolicySpec{
+		SuccessCriteria: v1alpha1.SuccessCriteria{ReadySeconds: ptr(int32(0)), MaxFailures: ptr(intstr.FromString("5%"))},
+		OnFailure:       v1alpha1.RolloutFailureRollback,
+	}}
+	Default(chosen)
+	if *chosen.Spec.SuccessCriteria.ReadySeconds != 0 || chosen.Spec.SuccessCriteria.MaxFailures.StrVal != "5%" || chosen.Spec.OnFailure != v1alpha1.RolloutFailureRollback {
+		t.Errorf("defaults overrode the policy's choices: %+v", chosen.Spec)
+	}
 }
 
 func TestDefaultIsIdempotent(t *testing.T) {
@@ -306,6 +321,7 @@ func TestDefaultIsIdempotent(t *testing.T) {
 		&corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80}}}},
 		&corev1.Secret{StringData: map[string]string{"k": "v"}},
 		&v1alpha1.GitSource{},
+		&v1alpha1.RolloutPolicy{},
 	}
 	for _, o := range objs {
 		Default(o)

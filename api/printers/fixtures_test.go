@@ -242,6 +242,21 @@ func fixtures() map[string]runtime.Object {
 			{ObjectMeta: metav1.ObjectMeta{Name: "old-shop", CreationTimestamp: ago(time.Hour)}, Status: corev1.NamespaceStatus{Phase: corev1.NamespaceTerminating}},
 		}},
 		"gitsources": &v1alpha1.GitSourceList{Items: gitSourceFixtures()},
+		"rolloutpolicies": &v1alpha1.RolloutPolicyList{Items: []v1alpha1.RolloutPolicy{
+			{ObjectMeta: objMeta("kiosks", 2*24*time.Hour), Spec: v1alpha1.RolloutPolicySpec{
+				Selector:  &metav1.LabelSelector{MatchLabels: map[string]string{"app": "kiosk"}},
+				Waves:     []v1alpha1.RolloutWave{{Name: "canary", NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"ring": "canary"}}}, {Name: "ten-percent", Percent: ptr(int32(10))}, {Name: "rest"}},
+				OnFailure: v1alpha1.RolloutFailureRollback,
+			}, Status: v1alpha1.RolloutPolicyStatus{Workloads: []v1alpha1.WorkloadRollout{
+				{Kind: "DaemonSet", Name: "kiosk", Revision: "6b9f7d", Phase: v1alpha1.RolloutRolledBack, CurrentWave: "canary"},
+				{Kind: "Deployment", Name: "menu", Revision: "5c8d4", Phase: v1alpha1.RolloutComplete},
+			}}},
+			{ObjectMeta: objMeta("agents", time.Hour), Spec: v1alpha1.RolloutPolicySpec{
+				Selector:  &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "agent"}},
+				Waves:     []v1alpha1.RolloutWave{{Name: "half", Percent: ptr(int32(50))}, {Name: "rest"}},
+				OnFailure: v1alpha1.RolloutFailurePause, Paused: true,
+			}},
+		}},
 	}
 }
 

@@ -210,6 +210,16 @@ func init() {
 		col("Message", "string", "Why it is (not) ready."),
 		ageColumn(),
 	}, as(gitSourceCells))
+
+	register(v1alpha1.SchemeGroupVersion.WithKind("RolloutPolicy"), []column{
+		nameColumn(),
+		col("Waves", "string", "The waves, in order."),
+		col("On Failure", "string", "What a failed wave leads to: Pause or Rollback."),
+		col("Paused", "boolean", "Whether spec.paused holds every rollout of the policy."),
+		col("Rollouts", "string", "Each selected workload's phase and current wave."),
+		ageColumn(),
+		wide("Selector", "string", "The labels of the workloads rolled out in waves."),
+	}, as(rolloutPolicyCells))
 }
 
 func podCells(pod *corev1.Pod, now time.Time) []any {
@@ -526,6 +536,43 @@ func gitSourceCells(g *v1alpha1.GitSource, now time.Time) []any {
 		g.Name, g.Spec.URL, GitRef(g.Spec.Ref), ShortCommit(g.Status.LastAppliedCommit), ready,
 		oneLine(msg), age(g.CreationTimestamp, now),
 	}
+}
+
+func rolloutPolicyCells(rp *v1alpha1.RolloutPolicy, now time.Time) []any {
+	waves := make([]string, len(rp.Spec.Waves))
+	for i, w := range rp.Spec.Waves {
+		waves[i] = w.Name
+	}
+	sel := none
+	if rp.Spec.Selector != nil {
+		if s, err := metav1.LabelSelectorAsSelector(rp.Spec.Selector); err == nil && !s.Empty() {
+			sel = s.String()
+		}
+	}
+	return []any{
+		rp.Name, orNone(strings.Join(waves, ",")), string(rp.Spec.OnFailure), rp.Spec.Paused,
+		RolloutSummary(rp.Status.Workloads), age(rp.CreationTimestamp, now), sel,
+	}
+}
+
+// RolloutSummary says where each workload's rollout stands in a few words:
+// "ds/kiosk Progressing@ten-percent, deploy/menu Complete".
+func RolloutSummary(ws []v1alpha1.WorkloadRollout) string {
+	if len(ws) == 0 {
+		return none
+	}
+	parts := make([]string, len(ws))
+	for i, w := range ws {
+		short := map[string]string{"DaemonSet": "ds", "Deployment": "deploy"}[w.Kind]
+		if short == "" {
+			short = strings.ToLower(w.Kind)
+		}
+		parts[i] = short + "/" + w.Name + " " + string(w.Phase)
+		if w.CurrentWave != "" && w.Phase != v1alpha1.RolloutComplete {
+			parts[i] += "@" + w.CurrentWave
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // GitRef names what a GitSource follows: a commit, "tag:<tag>" or a branch

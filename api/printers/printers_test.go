@@ -160,6 +160,7 @@ func TestKubectlColumnNames(t *testing.T) {
 		"leases":              "NAME HOLDER AGE |",
 		"namespaces":          "NAME STATUS AGE |",
 		"gitsources":          "NAME URL REF COMMIT READY MESSAGE AGE |",
+		"rolloutpolicies":     "NAME WAVES ON FAILURE PAUSED ROLLOUTS AGE | SELECTOR",
 	}
 	for _, r := range api.Resources() {
 		var normal, wide []string

@@ -18,7 +18,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(SchemeGroupVersion, &GitSource{}, &GitSourceList{})
+	s.AddKnownTypes(SchemeGroupVersion, &GitSource{}, &GitSourceList{}, &RolloutPolicy{}, &RolloutPolicyList{})
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	return nil
 }

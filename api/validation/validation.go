@@ -101,6 +101,8 @@ func ValidateCreate(obj runtime.Object, opts Options) field.ErrorList {
 		return validateEndpointSlice(o)
 	case *v1alpha1.GitSource:
 		return validateGitSource(o)
+	case *v1alpha1.RolloutPolicy:
+		return validateRolloutPolicy(o)
 	}
 	return unknownKind(obj)
 }
@@ -149,6 +151,8 @@ func ValidateUpdate(obj, old runtime.Object, opts Options) field.ErrorList {
 		return append(errs, validateEndpointSliceUpdate(o, old.(*discoveryv1.EndpointSlice))...)
 	case *v1alpha1.GitSource:
 		return append(errs, validateGitSourceSpec(o)...)
+	case *v1alpha1.RolloutPolicy:
+		return append(errs, validateRolloutPolicySpec(&o.Spec)...)
 	}
 	return unknownKind(obj)
 }
@@ -182,6 +186,8 @@ func ValidateStatusUpdate(obj, old runtime.Object) field.ErrorList {
 		return append(errs, validateJobStatus(&o.Status)...)
 	case *v1alpha1.GitSource:
 		return append(errs, validateGitSourceStatus(&o.Status)...)
+	case *v1alpha1.RolloutPolicy:
+		return append(errs, validateRolloutPolicyStatus(&o.Status)...)
 	case *corev1.ConfigMap, *corev1.Secret, *corev1.Event, *coordinationv1.Lease, *discoveryv1.EndpointSlice, *appsv1.ControllerRevision:
 		return append(errs, field.InternalError(field.NewPath("status"),
 			fmt.Errorf("%T has no status subresource", obj)))

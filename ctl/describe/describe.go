@@ -172,6 +172,10 @@ func Describe(obj runtime.Object, facts *diagnose.Facts, style term.Style) (stri
 		w.meta(m)
 		describeGitSource(w, o)
 		diag(diagnose.GitSource(o, facts))
+	case *v1alpha1.RolloutPolicy:
+		kind, m = "RolloutPolicy", &o.ObjectMeta
+		w.meta(m)
+		describeRolloutPolicy(w, o)
 	default:
 		return "", fmt.Errorf("describe: flotctl cannot describe %T", obj)
 	}
@@ -618,6 +622,59 @@ func describeGitSource(w *writer, g *v1alpha1.GitSource) {
 		w.line(1, "Commit\tResult\tWhen\tCreated\tUpdated\tPruned\tMessage")
 		for _, a := range st.History {
 			w.line(1, "%s\t%s\t%s\t%d\t%d\t%d\t%s", printers.ShortCommit(a.Commit), a.Result, w.ago(a.Time.Time), a.Created, a.Updated, a.Pruned, firstLine(a.Message))
+		}
+	}
+}
+
+func describeRolloutPolicy(w *writer, rp *v1alpha1.RolloutPolicy) {
+	s := rp.Spec
+	w.line(0, "Selector:\t%s", selector(s.Selector))
+	w.line(0, "Waves:")
+	for i, wv := range s.Waves {
+		takes := "every device left"
+		switch {
+		case wv.NodeSelector != nil:
+			takes = "devices matching " + selector(wv.NodeSelector)
+		case wv.Percent != nil:
+			takes = fmt.Sprintf("%d%% of the devices left", *wv.Percent)
+		}
+		w.line(1, "%d. %s:\t%s", i+1, wv.Name, takes)
+	}
+	c := s.SuccessCriteria
+	maxFailures := "<unset>"
+	if c.MaxFailures != nil {
+		maxFailures = c.MaxFailures.String()
+	}
+	w.line(0, "Success Criteria:\tReady %ds on the new version, at most %s failed per wave, timeout %ds",
+		ptrOr(c.ReadySeconds, 0), maxFailures, ptrOr(c.TimeoutSeconds, 0))
+	w.line(0, "On Failure:\t%s", orNone(string(s.OnFailure)))
+	w.line(0, "Paused:\t%t", s.Paused)
+	if len(rp.Status.Workloads) == 0 {
+		w.line(0, "Rollouts:\t<none>")
+		return
+	}
+	w.line(0, "Rollouts:")
+	for _, wl := range rp.Status.Workloads {
+		w.line(1, "%s %s:\t%s, revision %s (from %s)", wl.Kind, wl.Name, wl.Phase, orNone(wl.Revision), orNone(wl.PreviousRevision))
+		if wl.CurrentWave != "" {
+			w.line(2, "Current Wave:\t%s", wl.CurrentWave)
+		}
+		if wl.Message != "" {
+			w.line(2, "Message:\t%s", firstLine(wl.Message))
+		}
+		if len(wl.Waves) > 0 {
+			w.line(2, "Wave\tDevices\tDone\tFailed")
+			for _, ws := range wl.Waves {
+				w.line(2, "%s\t%d\t%d\t%d", ws.Name, ws.Devices, ws.Done, ws.Failed)
+			}
+		}
+		for _, ws := range wl.Waves {
+			for _, f := range ws.FailedDevices {
+				w.line(2, "Failed:\t%s (wave %s): %s %s", f.Node, ws.Name, f.Reason, firstLine(f.Message))
+			}
+		}
+		for _, cd := range wl.Conditions {
+			w.line(2, "Condition:\t%s=%s %s %s", cd.Type, cd.Status, cd.Reason, firstLine(cd.Message))
 		}
 	}
 }

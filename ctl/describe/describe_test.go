@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/api/v1alpha1"
 	"flotilla.dev/flotilla/ctl/diagnose"
 	"flotilla.dev/flotilla/ctl/term"
 )
@@ -43,6 +44,34 @@ func TestEveryServedKindDescribes(t *testing.T) {
 	}
 	if _, err := Describe(&runtime.Unknown{}, &diagnose.Facts{}, term.Style{}); err == nil {
 		t.Error("unknown object described")
+	}
+}
+
+func TestRolloutPolicyShowsWavesAndFailingDevices(t *testing.T) {
+	ten := int32(10)
+	rp := &v1alpha1.RolloutPolicy{ObjectMeta: metav1.ObjectMeta{Name: "kiosks", Namespace: "shops"},
+		Spec: v1alpha1.RolloutPolicySpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "kiosk"}},
+			Waves: []v1alpha1.RolloutWave{{Name: "canary", NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"ring": "canary"}}},
+				{Name: "ten-percent", Percent: &ten}, {Name: "rest"}},
+			OnFailure: v1alpha1.RolloutFailureRollback,
+		},
+		Status: v1alpha1.RolloutPolicyStatus{Workloads: []v1alpha1.WorkloadRollout{{
+			Kind: "DaemonSet", Name: "kiosk", Revision: "6b9f7d", PreviousRevision: "5c8d4", Phase: v1alpha1.RolloutRolledBack, CurrentWave: "canary",
+			Waves: []v1alpha1.WaveStatus{{Name: "canary", Devices: 2, Done: 1, Failed: 1,
+				FailedDevices: []v1alpha1.DeviceFailure{{Node: "shop-7", Reason: "ImagePullBackOff", Message: "kiosk:v2 not found"}}}},
+		}}},
+	}
+	out, err := Describe(rp, &diagnose.Facts{Now: now}, term.Style{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"1. canary:", "devices matching ring=canary", "10% of the devices left", "every device left",
+		"On Failure:", "Rollback", "DaemonSet kiosk:", "RolledBack, revision 6b9f7d (from 5c8d4)",
+		"shop-7 (wave canary): ImagePullBackOff kiosk:v2 not found"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("lacks %q:\n%s", want, out)
+		}
 	}
 }
 

@@ -48,6 +48,7 @@ var fieldsByKind = map[string]map[string]string{
 	"Lease":              {"spec.holderIdentity": "string", "spec.leaseDurationSeconds": "integer"},
 	"EndpointSlice":      {"endpoints.addresses": "array", "addressType": "string", "ports.port": "integer"},
 	"GitSource":          {"spec.url": "string", "spec.ref.branch": "string", "spec.prune": "boolean", "status.lastAppliedCommit": "string", "status.lastHandledReconcileAt": "string", "status.conditions.type": "string", "status.inventory.kind": "string"},
+	"RolloutPolicy":      {"spec.selector.matchLabels": "map", "spec.waves.name": "string", "spec.waves.percent": "integer", "spec.waves.nodeSelector.matchLabels": "map", "spec.successCriteria.maxFailures": "string", "spec.onFailure": "string", "spec.paused": "boolean", "status.workloads.phase": "string", "status.workloads.waves.failedDevices.reason": "string", "status.workloads.conditions.type": "string"},
 }
 
 func newTestServer(t *testing.T) (*Server, *httptest.Server) {

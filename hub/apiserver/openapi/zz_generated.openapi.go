@@ -23,6 +23,7 @@ import (
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
 		"flotilla.dev/flotilla/api/v1alpha1.Attempt":                                 schema_flotilladev_flotilla_api_v1alpha1_Attempt(ref),
+		"flotilla.dev/flotilla/api/v1alpha1.DeviceFailure":                           schema_flotilladev_flotilla_api_v1alpha1_DeviceFailure(ref),
 		"flotilla.dev/flotilla/api/v1alpha1.GitRef":                                  schema_flotilladev_flotilla_api_v1alpha1_GitRef(ref),
 		"flotilla.dev/flotilla/api/v1alpha1.GitSource":                               schema_flotilladev_flotilla_api_v1alpha1_GitSource(ref),
 		"flotilla.dev/flotilla/api/v1alpha1.GitSourceList":                           schema_flotilladev_flotilla_api_v1alpha1_GitSourceList(ref),
@@ -31,7 +32,15 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"flotilla.dev/flotilla/api/v1alpha1.GitVerification":                         schema_flotilladev_flotilla_api_v1alpha1_GitVerification(ref),
 		"flotilla.dev/flotilla/api/v1alpha1.InventoryEntry":                          schema_flotilladev_flotilla_api_v1alpha1_InventoryEntry(ref),
 		"flotilla.dev/flotilla/api/v1alpha1.LocalObjectReference":                    schema_flotilladev_flotilla_api_v1alpha1_LocalObjectReference(ref),
+		"flotilla.dev/flotilla/api/v1alpha1.RolloutPolicy":                           schema_flotilladev_flotilla_api_v1alpha1_RolloutPolicy(ref),
+		"flotilla.dev/flotilla/api/v1alpha1.RolloutPolicyList":                       schema_flotilladev_flotilla_api_v1alpha1_RolloutPolicyList(ref),
+		"flotilla.dev/flotilla/api/v1alpha1.RolloutPolicySpec":                       schema_flotilladev_flotilla_api_v1alpha1_RolloutPolicySpec(ref),
+		"flotilla.dev/flotilla/api/v1alpha1.RolloutPolicyStatus":                     schema_flotilladev_flotilla_api_v1alpha1_RolloutPolicyStatus(ref),
+		"flotilla.dev/flotilla/api/v1alpha1.RolloutWave":                             schema_flotilladev_flotilla_api_v1alpha1_RolloutWave(ref),
 		"flotilla.dev/flotilla/api/v1alpha1.SourceError":                             schema_flotilladev_flotilla_api_v1alpha1_SourceError(ref),
+		"flotilla.dev/flotilla/api/v1alpha1.SuccessCriteria":                         schema_flotilladev_flotilla_api_v1alpha1_SuccessCriteria(ref),
+		"flotilla.dev/flotilla/api/v1alpha1.WaveStatus":                              schema_flotilladev_flotilla_api_v1alpha1_WaveStatus(ref),
+		"flotilla.dev/flotilla/api/v1alpha1.WorkloadRollout":                         schema_flotilladev_flotilla_api_v1alpha1_WorkloadRollout(ref),
 		v1.ControllerRevision{}.OpenAPIModelName():                                   schema_k8sio_api_apps_v1_ControllerRevision(ref),
 		v1.ControllerRevisionList{}.OpenAPIModelName():                               schema_k8sio_api_apps_v1_ControllerRevisionList(ref),
 		v1.DaemonSet{}.OpenAPIModelName():                                            schema_k8sio_api_apps_v1_DaemonSet(ref),
@@ -517,6 +526,41 @@ func schema_flotilladev_flotilla_api_v1alpha1_Attempt(ref common.ReferenceCallba
 	}
 }
 
+func schema_flotilladev_flotilla_api_v1alpha1_DeviceFailure(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "DeviceFailure is why one device failed its wave.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"node": {
+						SchemaProps: spec.SchemaProps{
+							Default: "",
+							Type:    []string{"string"},
+							Format:  "",
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reason is one word: NotReadyInTime, CrashLoopBackOff, ImagePullBackOff, PodFailed...",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"string"},
+							Format: "",
+						},
+					},
+				},
+				Required: []string{"node", "reason"},
+			},
+		},
+	}
+}
+
 func schema_flotilladev_flotilla_api_v1alpha1_GitRef(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -940,6 +984,240 @@ func schema_flotilladev_flotilla_api_v1alpha1_LocalObjectReference(ref common.Re
 	}
 }
 
+func schema_flotilladev_flotilla_api_v1alpha1_RolloutPolicy(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "RolloutPolicy stages the rollout of the DaemonSets and Deployments it selects: a new template reaches the devices of one wave at a time, the next wave only once the current one meets the success criteria.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref("flotilla.dev/flotilla/api/v1alpha1.RolloutPolicySpec"),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref("flotilla.dev/flotilla/api/v1alpha1.RolloutPolicyStatus"),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			"flotilla.dev/flotilla/api/v1alpha1.RolloutPolicySpec", "flotilla.dev/flotilla/api/v1alpha1.RolloutPolicyStatus", metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_flotilladev_flotilla_api_v1alpha1_RolloutPolicyList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "RolloutPolicyList is a list of RolloutPolicies.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(metav1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Type: []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref("flotilla.dev/flotilla/api/v1alpha1.RolloutPolicy"),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			"flotilla.dev/flotilla/api/v1alpha1.RolloutPolicy", metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_flotilladev_flotilla_api_v1alpha1_RolloutPolicySpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "RolloutPolicySpec says which workloads roll out how.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"selector": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Selector picks the DaemonSets and Deployments of this namespace, by their labels, whose template changes roll out in waves.",
+							Ref:         ref(metav1.LabelSelector{}.OpenAPIModelName()),
+						},
+					},
+					"waves": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"name",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Waves in order. A device belongs to the first wave that takes it; devices no wave takes get the new version once every wave has succeeded.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref("flotilla.dev/flotilla/api/v1alpha1.RolloutWave"),
+									},
+								},
+							},
+						},
+					},
+					"successCriteria": {
+						SchemaProps: spec.SchemaProps{
+							Description: "SuccessCriteria decide when a wave is done and when it has failed.",
+							Default:     map[string]interface{}{},
+							Ref:         ref("flotilla.dev/flotilla/api/v1alpha1.SuccessCriteria"),
+						},
+					},
+					"onFailure": {
+						SchemaProps: spec.SchemaProps{
+							Description: "OnFailure is what a failed wave leads to: Pause (the default) holds every device where it is; Rollback puts the wave's devices back on the previous version.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"paused": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Paused holds every rollout of the policy where it is: no further device gets the new version until it is false again. It is named as a Deployment's spec.paused, which `kubectl rollout pause` sets, so that the same word means the same thing on both.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"selector", "waves"},
+			},
+		},
+		Dependencies: []string{
+			"flotilla.dev/flotilla/api/v1alpha1.RolloutWave", "flotilla.dev/flotilla/api/v1alpha1.SuccessCriteria", metav1.LabelSelector{}.OpenAPIModelName()},
+	}
+}
+
+func schema_flotilladev_flotilla_api_v1alpha1_RolloutPolicyStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "RolloutPolicyStatus reports the rollout of each selected workload.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"observedGeneration": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"integer"},
+							Format: "int64",
+						},
+					},
+					"workloads": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Workloads are the selected workloads' rollouts, by kind and name.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref("flotilla.dev/flotilla/api/v1alpha1.WorkloadRollout"),
+									},
+								},
+							},
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			"flotilla.dev/flotilla/api/v1alpha1.WorkloadRollout"},
+	}
+}
+
+func schema_flotilladev_flotilla_api_v1alpha1_RolloutWave(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "RolloutWave is one step of a rollout. It takes the devices its nodeSelector matches, or percent of the devices no earlier wave took, or, with neither, every device left; only the last wave may have neither.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Default: "",
+							Type:    []string{"string"},
+							Format:  "",
+						},
+					},
+					"nodeSelector": {
+						SchemaProps: spec.SchemaProps{
+							Description: "NodeSelector takes the devices (Nodes) whose labels match.",
+							Ref:         ref(metav1.LabelSelector{}.OpenAPIModelName()),
+						},
+					},
+					"percent": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Percent (1..100) takes that share of the devices no earlier wave took, rounded up, chosen by a hash of the device's name and the workload so the same devices are chosen every time.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+				Required: []string{"name"},
+			},
+		},
+		Dependencies: []string{
+			metav1.LabelSelector{}.OpenAPIModelName()},
+	}
+}
+
 func schema_flotilladev_flotilla_api_v1alpha1_SourceError(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -979,6 +1257,215 @@ func schema_flotilladev_flotilla_api_v1alpha1_SourceError(ref common.ReferenceCa
 				Required: []string{"message"},
 			},
 		},
+	}
+}
+
+func schema_flotilladev_flotilla_api_v1alpha1_SuccessCriteria(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SuccessCriteria decide a wave's outcome.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"readySeconds": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ReadySeconds each device of the wave must be Ready on the new version (default 60).",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"maxFailures": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxFailures is how many devices of a wave may fail, a count or a percentage of the wave's devices (\"5%\", rounded down) (default 0).",
+							Ref:         ref(intstr.IntOrString{}.OpenAPIModelName()),
+						},
+					},
+					"timeoutSeconds": {
+						SchemaProps: spec.SchemaProps{
+							Description: "TimeoutSeconds after the wave started, a device not yet Ready on the new version has failed (default 600).",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			intstr.IntOrString{}.OpenAPIModelName()},
+	}
+}
+
+func schema_flotilladev_flotilla_api_v1alpha1_WaveStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "WaveStatus is one wave's progress.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Default: "",
+							Type:    []string{"string"},
+							Format:  "",
+						},
+					},
+					"devices": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Devices is how many devices the wave took.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"done": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Done is how many have been Ready on the new version for readySeconds; Failed how many failed.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"failed": {
+						SchemaProps: spec.SchemaProps{
+							Default: 0,
+							Type:    []string{"integer"},
+							Format:  "int32",
+						},
+					},
+					"startTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "StartTime is when the wave was admitted.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"failedDevices": {
+						SchemaProps: spec.SchemaProps{
+							Description: "FailedDevices names failed devices and why (at most MaxReportedFailures of them).",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref("flotilla.dev/flotilla/api/v1alpha1.DeviceFailure"),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"name", "devices", "done", "failed"},
+			},
+		},
+		Dependencies: []string{
+			"flotilla.dev/flotilla/api/v1alpha1.DeviceFailure", metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_flotilladev_flotilla_api_v1alpha1_WorkloadRollout(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "WorkloadRollout is the rollout of one workload's current template.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is DaemonSet or Deployment.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Default: "",
+							Type:    []string{"string"},
+							Format:  "",
+						},
+					},
+					"revision": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Revision is the controller-revision-hash of the template being rolled out, and RevisionNumber its ControllerRevision's number.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"revisionNumber": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"integer"},
+							Format: "int64",
+						},
+					},
+					"previousRevision": {
+						SchemaProps: spec.SchemaProps{
+							Description: "PreviousRevision is the hash of the version devices keep until their wave is admitted (\"\" when there was none: the first version of a workload goes everywhere at once).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"currentWave": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CurrentWave names the wave being updated or watched, the one that failed, or \"\" when complete.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"phase": {
+						SchemaProps: spec.SchemaProps{
+							Default: "",
+							Type:    []string{"string"},
+							Format:  "",
+						},
+					},
+					"startTime": {
+						SchemaProps: spec.SchemaProps{
+							Ref: ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"waves": {
+						SchemaProps: spec.SchemaProps{
+							Type: []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref("flotilla.dev/flotilla/api/v1alpha1.WaveStatus"),
+									},
+								},
+							},
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"string"},
+							Format: "",
+						},
+					},
+					"conditions": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"type",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Type: []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(metav1.Condition{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"kind", "name", "revision", "phase"},
+			},
+		},
+		Dependencies: []string{
+			"flotilla.dev/flotilla/api/v1alpha1.WaveStatus", metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
 	}
 }
 
