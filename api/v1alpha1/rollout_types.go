@@ -106,6 +106,10 @@ type WorkloadRollout struct {
 	// Kind is DaemonSet or Deployment.
 	Kind string `json:"kind"`
 	Name string `json:"name"`
+	// ObservedGeneration is the workload's metadata.generation this
+	// status is about: a client following a rollout knows the status
+	// answers the latest template once it has caught up.
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// Revision is the controller-revision-hash of the template being
 	// rolled out, and RevisionNumber its ControllerRevision's number.
 	Revision       string `json:"revision"`

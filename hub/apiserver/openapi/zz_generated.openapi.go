@@ -1382,6 +1382,13 @@ func schema_flotilladev_flotilla_api_v1alpha1_WorkloadRollout(ref common.Referen
 							Format:  "",
 						},
 					},
+					"observedGeneration": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ObservedGeneration is the workload's metadata.generation this status is about: a client following a rollout knows the status answers the latest template once it has caught up.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
 					"revision": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Revision is the controller-revision-hash of the template being rolled out, and RevisionNumber its ControllerRevision's number.",

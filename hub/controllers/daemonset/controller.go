@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -57,6 +58,8 @@ type Options struct {
 	Clock         clock.Clock
 	BurstReplicas int
 	Logger        *slog.Logger
+	// Rollouts, when set, stage template changes by RolloutPolicy.
+	Rollouts Rollouts
 }
 
 // Controller is the DaemonSet loop.
@@ -78,6 +81,7 @@ type Controller struct {
 	loop          *controlloop.Loop
 	// podEvents wakes a DaemonSet for the events of its pods.
 	podEvents *controllerutil.OwnerEvents[*appsv1.DaemonSet, *corev1.Pod]
+	rollouts  Rollouts
 }
 
 // New wires the loop to the factory's DaemonSet, Pod and Node informers.
@@ -107,6 +111,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 		log:           opts.Logger.With("controller", Name),
 		exp:           controllerutil.NewExpectations(opts.Clock),
 		failedBackoff: flowcontrol.NewFakeBackOff(time.Second, 15*time.Minute, opts.Clock),
+		rollouts:      opts.Rollouts,
 	}
 	c.podControl = &controllerutil.PodControl{Client: client, Recorder: recorder, Expectations: c.exp}
 	c.loop = controlloop.New(Name, c.sync, controlloop.Options{Logger: opts.Logger})
@@ -165,6 +170,13 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 		return nil, fmt.Errorf("controllerrevision informer: %w", err)
 	}
 	c.loop.WaitFor(dsInf.Informer().HasSynced, podInf.Informer().HasSynced, nodeInf.Informer().HasSynced, revInf.Informer().HasSynced)
+	if c.rollouts != nil {
+		// A policy's status admits waves: its DaemonSets are synced again.
+		if err := c.rollouts.OnChange(c.enqueueNamespace); err != nil {
+			return nil, fmt.Errorf("rolloutpolicy informer: %w", err)
+		}
+		c.loop.WaitFor(c.rollouts.HasSynced)
+	}
 	return c, nil
 }
 
@@ -176,6 +188,16 @@ func nodeChangeMatters(old, cur *corev1.Node) bool {
 	return !labels.Equals(old.Labels, cur.Labels) ||
 		!apiequality.Semantic.DeepEqual(old.Spec.Taints, cur.Spec.Taints) ||
 		old.Spec.Unschedulable != cur.Spec.Unschedulable
+}
+
+func (c *Controller) enqueueNamespace(ns string) {
+	dss, err := c.dsLister.DaemonSets(ns).List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, ds := range dss {
+		c.loop.EnqueueKey(controlloop.ObjectKey(ds))
+	}
 }
 
 func (c *Controller) enqueueAll() {
@@ -231,11 +253,15 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	if err := c.manage(ctx, ds, nodes, pods, hash); err != nil {
+	tg, err := c.targetsFor(ds, hash, nodes)
+	if err != nil {
+		return err
+	}
+	if err := c.manage(ctx, ds, nodes, pods, tg); err != nil {
 		return err
 	}
 	if c.exp.Satisfied(key) && ds.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType {
-		if err := c.rollingUpdate(ctx, ds, nodes, pods, hash); err != nil {
+		if err := c.rollingUpdate(ctx, ds, nodes, pods, tg); err != nil {
 			return err
 		}
 	}
@@ -286,13 +312,13 @@ func (c *Controller) nodeToPods(ctx context.Context, ds *appsv1.DaemonSet, selec
 }
 
 // manage creates the missing daemon pods and deletes the surplus ones.
-func (c *Controller) manage(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, nodePods map[string][]*corev1.Pod, hash string) error {
+func (c *Controller) manage(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, nodePods map[string][]*corev1.Pod, tg *targets) error {
 	var create []string
 	var del []*corev1.Pod
 	known := map[string]bool{}
 	for _, node := range nodes {
 		known[node.Name] = true
-		c2, d := c.podsShouldBeOnNode(ds, node, nodePods[node.Name], hash)
+		c2, d := c.podsShouldBeOnNode(ds, node, nodePods[node.Name], tg.of(node.Name, nodePods[node.Name]).hash)
 		if c2 {
 			create = append(create, node.Name)
 		}
@@ -309,7 +335,7 @@ func (c *Controller) manage(ctx context.Context, ds *appsv1.DaemonSet, nodes []*
 			}
 		}
 	}
-	return c.syncNodes(ctx, ds, del, create, hash)
+	return c.syncNodes(ctx, ds, del, create, tg)
 }
 
 // podsShouldBeOnNode decides one node: whether a pod must be created and
@@ -382,9 +408,9 @@ func (c *Controller) podsShouldBeOnNode(ds *appsv1.DaemonSet, node *corev1.Node,
 	}
 }
 
-// newPod is ds's pod for node, unbound and pinned to node.
-func newPod(ds *appsv1.DaemonSet, node, hash string) *corev1.Pod {
-	tmpl := ds.Spec.Template.DeepCopy()
+// newPod is ds's pod of revision t for node, unbound and pinned to node.
+func newPod(ds *appsv1.DaemonSet, node string, t target) *corev1.Pod {
+	tmpl, hash := t.tmpl.DeepCopy(), t.hash
 	if tmpl.Labels == nil {
 		tmpl.Labels = map[string]string{}
 	}
@@ -397,7 +423,7 @@ func newPod(ds *appsv1.DaemonSet, node, hash string) *corev1.Pod {
 
 // syncNodes deletes del and creates a pod for each node in create, with
 // expectations so the next sync waits until the cache has seen them.
-func (c *Controller) syncNodes(ctx context.Context, ds *appsv1.DaemonSet, del []*corev1.Pod, create []string, hash string) error {
+func (c *Controller) syncNodes(ctx context.Context, ds *appsv1.DaemonSet, del []*corev1.Pod, create []string, tg *targets) error {
 	key := controlloop.ObjectKey(ds)
 	create = create[:min(len(create), c.burst)]
 	del = del[:min(len(del), c.burst)]
@@ -410,7 +436,7 @@ func (c *Controller) syncNodes(ctx context.Context, ds *appsv1.DaemonSet, del []
 	}
 	c.exp.Expect(key, len(create), delKeys)
 	_, createErr := c.podControl.CreatePods(ctx, ds, key, len(create), func(i int) (*corev1.Pod, error) {
-		return newPod(ds, create[i], hash), nil
+		return newPod(ds, create[i], tg.of(create[i], nil)), nil
 	})
 	return errors.Join(createErr, c.podControl.DeletePods(ctx, ds, key, del))
 }
@@ -476,7 +502,7 @@ func updatedAndOld(pods []*corev1.Pod, hash string) (updated, old *corev1.Pod, o
 // pods; manage creates the new ones) or within maxSurge (creating new pods
 // beside old ones and deleting each old pod once its successor is
 // available).
-func (c *Controller) rollingUpdate(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, nodePods map[string][]*corev1.Pod, hash string) error {
+func (c *Controller) rollingUpdate(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, nodePods map[string][]*corev1.Pod, tg *targets) error {
 	desired := desiredCount(ds, nodes)
 	surge, unavail := maxSurge(ds, desired), maxUnavailable(ds, desired)
 	if desired > 0 && surge == 0 && unavail == 0 {
@@ -495,14 +521,16 @@ func (c *Controller) rollingUpdate(ctx context.Context, ds *appsv1.DaemonSet, no
 		// asked to pull them, costing no availability, and a device that
 		// cannot (a refused signature, no link) keeps its old pod.
 		prepull := ds.Annotations[api.AnnotationPrepull] == "true"
-		images := ""
-		if prepull {
-			images = templateImages(&ds.Spec.Template.Spec)
-		}
 		numUnavailable := 0
 		var replace, candidates, announce []*corev1.Pod
-		for _, pods := range sortedNodes(nodePods) {
-			updated, old, ok := updatedAndOld(pods, hash)
+		announceImages := map[*corev1.Pod]string{}
+		for _, np := range sortedNodesNamed(nodePods) {
+			t := tg.of(np.node, np.pods)
+			images := ""
+			if prepull {
+				images = templateImages(&t.tmpl.Spec)
+			}
+			updated, old, ok := updatedAndOld(np.pods, t.hash)
 			switch {
 			case !ok:
 				numUnavailable++
@@ -517,20 +545,21 @@ func (c *Controller) rollingUpdate(ctx context.Context, ds *appsv1.DaemonSet, no
 			case prepull && !Prepulled(old, images):
 				if old.Annotations[api.AnnotationPrepullImages] != images {
 					announce = append(announce, old)
+					announceImages[old] = images
 				}
 			case numUnavailable < unavail:
 				candidates = append(candidates, old)
 			}
 		}
 		room := min(max(unavail-numUnavailable, 0), len(candidates))
-		return errors.Join(c.announce(ctx, ds, announce, images), c.syncNodes(ctx, ds, append(replace, candidates[:room]...), nil, hash))
+		return errors.Join(c.announce(ctx, ds, announce, announceImages), c.syncNodes(ctx, ds, append(replace, candidates[:room]...), nil, tg))
 	}
 
 	var del, sunset []*corev1.Pod
 	var allowed, candidates []string
 	numSurge, numAvailable := 0, 0
 	for _, pods := range sortedNodesNamed(nodePods) {
-		updated, old, ok := updatedAndOld(pods.pods, hash)
+		updated, old, ok := updatedAndOld(pods.pods, tg.of(pods.node, pods.pods).hash)
 		if !ok {
 			numSurge++
 			continue
@@ -572,7 +601,7 @@ func (c *Controller) rollingUpdate(ctx context.Context, ds *appsv1.DaemonSet, no
 		del = append(del, sunset[:n]...)
 	}
 	room := min(max(surge-numSurge, 0), len(candidates))
-	return c.syncNodes(ctx, ds, del, append(allowed, candidates[:room]...), hash)
+	return c.syncNodes(ctx, ds, del, append(allowed, candidates[:room]...), tg)
 }
 
 // templateImages lists the images a pod of the template needs, in order,
@@ -602,21 +631,26 @@ func Prepulled(p *corev1.Pod, images string) bool {
 
 // announce asks the devices of old pods to pull the next revision's
 // images, by annotating the pods (their devices watch them).
-func (c *Controller) announce(ctx context.Context, ds *appsv1.DaemonSet, pods []*corev1.Pod, images string) error {
+func (c *Controller) announce(ctx context.Context, ds *appsv1.DaemonSet, pods []*corev1.Pod, images map[*corev1.Pod]string) error {
 	pods = pods[:min(len(pods), c.burst)]
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{api.AnnotationPrepullImages: images}}})
-	if err != nil {
-		return err
-	}
 	var errs []error
+	told := map[string]int{}
 	for _, p := range pods {
-		_, err := c.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{api.AnnotationPrepullImages: images[p]}}})
+		if err != nil {
+			return err
+		}
+		_, err = c.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("announce the next images to pod %s: %w", controlloop.ObjectKey(p), err))
+			continue
 		}
+		told[images[p]]++
 	}
-	if n := len(pods) - len(errs); n > 0 {
-		c.recorder.Eventf(ds, corev1.EventTypeNormal, ReasonPrepull, "Asked %d device(s) to pull %s before their pods are replaced", n, images)
+	// One event per set of images: a staged rollout announces the
+	// previous revision's images to devices outside admitted waves.
+	for _, imgs := range slices.Sorted(maps.Keys(told)) {
+		c.recorder.Eventf(ds, corev1.EventTypeNormal, ReasonPrepull, "Asked %d device(s) to pull %s before their pods are replaced", told[imgs], imgs)
 	}
 	return errors.Join(errs...)
 }
@@ -634,15 +668,6 @@ func sortedNodesNamed(m map[string][]*corev1.Pod) []nodePods {
 		out = append(out, nodePods{n, p})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].node < out[j].node })
-	return out
-}
-
-func sortedNodes(m map[string][]*corev1.Pod) [][]*corev1.Pod {
-	named := sortedNodesNamed(m)
-	out := make([][]*corev1.Pod, len(named))
-	for i, np := range named {
-		out[i] = np.pods
-	}
 	return out
 }
 

@@ -22,4 +22,11 @@
 // and undo work on them unchanged, and a template that goes back to an
 // earlier one renumbers that revision the newest. revisionHistoryLimit old
 // revisions stay, and any a pod still runs.
+//
+// A DaemonSet a RolloutPolicy selects is staged (Options.Rollouts): only
+// the devices of admitted waves get the current template; the others keep,
+// or are given, the pods of the previous ControllerRevision, and the
+// devices of a held wave keep whichever of the two they run. The rolling
+// update's budget (maxUnavailable or maxSurge) applies as ever, counted
+// against each device's own target revision.
 package daemonset

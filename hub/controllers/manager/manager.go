@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"slices"
 
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -21,6 +23,7 @@ import (
 	"flotilla.dev/flotilla/hub/controllers/job"
 	"flotilla.dev/flotilla/hub/controllers/nodelifecycle"
 	"flotilla.dev/flotilla/hub/controllers/replicaset"
+	"flotilla.dev/flotilla/hub/controllers/rollout"
 	"flotilla.dev/flotilla/hub/scheduler"
 	"flotilla.dev/flotilla/internal/controlloop"
 	"flotilla.dev/flotilla/internal/run"
@@ -34,6 +37,7 @@ const (
 	Job              = job.Name
 	EndpointSlice    = endpointslice.Name
 	GarbageCollector = garbagecollector.Name
+	Rollout          = rollout.Name
 	NodeLifecycle    = "nodelifecycle"
 	Scheduler        = "scheduler"
 )
@@ -46,7 +50,7 @@ const LeaseName = "flotilla-controller-manager"
 type Options struct {
 	// Workers per loop by name; missing loops take Kubernetes' defaults
 	// (deployment 5, replicaset 5, daemonset 2, job 5, endpointslice 5,
-	// garbagecollector 20).
+	// garbagecollector 20; rollout 2).
 	Workers map[string]int
 	// Disable lists loops not to run (by the names above).
 	Disable []string
@@ -67,7 +71,7 @@ type Options struct {
 }
 
 var defaultWorkers = map[string]int{
-	Deployment: 5, ReplicaSet: 5, DaemonSet: 2, Job: 5, EndpointSlice: 5, GarbageCollector: 20,
+	Deployment: 5, ReplicaSet: 5, DaemonSet: 2, Job: 5, EndpointSlice: 5, GarbageCollector: 20, Rollout: 2,
 }
 
 // Run runs every enabled loop against the API at cfg until ctx ends.
@@ -88,17 +92,22 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("controller manager metadata client: %w", err)
 	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("controller manager dynamic client: %w", err)
+	}
 	le := opts.LeaderElection
 	if le.LeaseName == "" {
 		le.LeaseName = LeaseName
 	}
 	return controllerutil.RunElected(ctx, client, le, func(ctx context.Context) error {
-		return RunWithClients(ctx, client, meta, opts)
+		return RunWithClients(ctx, client, meta, dyn, opts)
 	})
 }
 
-// RunWithClients runs the loops with given clients (tests pass fakes).
-func RunWithClients(ctx context.Context, client kubernetes.Interface, meta metadata.Interface, opts Options) error {
+// RunWithClients runs the loops with given clients (tests pass fakes); the
+// dynamic client serves Flotilla's own kinds (RolloutPolicies).
+func RunWithClients(ctx context.Context, client kubernetes.Interface, meta metadata.Interface, dyn dynamic.Interface, opts Options) error {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -106,9 +115,20 @@ func RunWithClients(ctx context.Context, client kubernetes.Interface, meta metad
 	// Informers never resync: every loop is level-triggered on real
 	// changes, and a periodic full pass would only cost CPU.
 	env := loopEnv{
-		client: client, meta: meta, opts: opts,
+		client: client, meta: meta, dyn: dyn, opts: opts,
 		factory:     informers.NewSharedInformerFactory(client, 0),
 		metaFactory: metadatainformer.NewSharedInformerFactory(meta, 0),
+		dynFactory:  dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0),
+	}
+	if !slices.Contains(opts.Disable, Rollout) {
+		// The DaemonSet loop stages templates by the policies the
+		// rollout loop advances; without that loop nothing would ever
+		// advance, so neither reads them.
+		policies, err := rollout.NewPolicies(env.dynFactory)
+		if err != nil {
+			return err
+		}
+		env.policies = policies
 	}
 
 	var loops []run.Loop
@@ -141,8 +161,10 @@ func RunWithClients(ctx context.Context, client kubernetes.Interface, meta metad
 	// Every informer is registered: start them once for all loops.
 	env.factory.Start(ctx.Done())
 	env.metaFactory.Start(ctx.Done())
+	env.dynFactory.Start(ctx.Done())
 	defer env.factory.Shutdown()
 	defer env.metaFactory.Shutdown()
+	defer env.dynFactory.Shutdown()
 
 	log.Info("controller manager started", "loops", len(loops))
 	// One loop down means the manager is not whole: stop and let the
@@ -157,7 +179,11 @@ type loopEnv struct {
 	meta        metadata.Interface
 	factory     informers.SharedInformerFactory
 	metaFactory metadatainformer.SharedInformerFactory
-	opts        Options
+	dyn         dynamic.Interface
+	dynFactory  dynamicinformer.DynamicSharedInformerFactory
+	// policies are the RolloutPolicies (nil with the rollout loop off).
+	policies *rollout.Policies
+	opts     Options
 	// recorder records the loop's events (nil for loops with no
 	// recorder); workers is its worker count.
 	recorder record.EventRecorder
@@ -184,7 +210,15 @@ var loopSpecs = []loopSpec{
 		return withWorkers(c, err, env.workers)
 	}},
 	{DaemonSet, "daemonset-controller", func(env loopEnv) (func(context.Context) error, error) {
-		c, err := daemonset.New(env.client, env.factory, env.recorder, daemonset.Options{Logger: env.opts.Logger})
+		opts := daemonset.Options{Logger: env.opts.Logger}
+		if env.policies != nil {
+			opts.Rollouts = &rollout.Gate{Policies: env.policies}
+		}
+		c, err := daemonset.New(env.client, env.factory, env.recorder, opts)
+		return withWorkers(c, err, env.workers)
+	}},
+	{Rollout, "rollout-controller", func(env loopEnv) (func(context.Context) error, error) {
+		c, err := rollout.New(env.dyn, env.policies, env.factory, env.recorder, rollout.Options{Logger: env.opts.Logger})
 		return withWorkers(c, err, env.workers)
 	}},
 	{Job, "job-controller", func(env loopEnv) (func(context.Context) error, error) {

@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
+
+	"flotilla.dev/flotilla/api"
 )
 
 func TestLoopTableHasEveryLoopOnce(t *testing.T) {
@@ -15,7 +18,7 @@ func TestLoopTableHasEveryLoopOnce(t *testing.T) {
 	for _, s := range loopSpecs {
 		names = append(names, s.name)
 	}
-	want := []string{ReplicaSet, Deployment, DaemonSet, Job, EndpointSlice, GarbageCollector, NodeLifecycle, Scheduler}
+	want := []string{ReplicaSet, Deployment, DaemonSet, Rollout, Job, EndpointSlice, GarbageCollector, NodeLifecycle, Scheduler}
 	if !slices.Equal(names, want) {
 		t.Fatalf("loops %q, want %q", names, want)
 	}
@@ -29,10 +32,11 @@ func TestLoopTableHasEveryLoopOnce(t *testing.T) {
 func TestDisabledLoopsDoNotRun(t *testing.T) {
 	client := fake.NewClientset()
 	meta := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+	dyn := dynamicfake.NewSimpleDynamicClient(api.Scheme)
 	done := make(chan error, 1)
 	go func() {
-		done <- RunWithClients(context.Background(), client, meta, Options{Disable: []string{
-			ReplicaSet, Deployment, DaemonSet, Job, EndpointSlice, GarbageCollector, NodeLifecycle, Scheduler,
+		done <- RunWithClients(context.Background(), client, meta, dyn, Options{Disable: []string{
+			ReplicaSet, Deployment, DaemonSet, Rollout, Job, EndpointSlice, GarbageCollector, NodeLifecycle, Scheduler,
 		}})
 	}()
 	select {
@@ -46,8 +50,8 @@ func TestDisabledLoopsDoNotRun(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
-		done <- RunWithClients(ctx, client, meta, Options{Disable: []string{
-			ReplicaSet, DaemonSet, Job, EndpointSlice, GarbageCollector, NodeLifecycle, Scheduler,
+		done <- RunWithClients(ctx, client, meta, dyn, Options{Disable: []string{
+			ReplicaSet, DaemonSet, Rollout, Job, EndpointSlice, GarbageCollector, NodeLifecycle, Scheduler,
 		}})
 	}()
 	select {

@@ -101,6 +101,33 @@ func WaveIndex(rp *v1alpha1.RolloutPolicy, name string) int {
 	return -1
 }
 
+// PolicyFor returns the policy of policies (of the workload's namespace)
+// that stages a workload with these labels: the first by name whose
+// selector matches, so that two overlapping policies never both drive
+// one workload.
+func PolicyFor(policies []*v1alpha1.RolloutPolicy, workloadLabels map[string]string) *v1alpha1.RolloutPolicy {
+	sorted := append([]*v1alpha1.RolloutPolicy(nil), policies...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	for _, rp := range sorted {
+		if rp.DeletionTimestamp == nil && Selects(rp, workloadLabels) {
+			return rp
+		}
+	}
+	return nil
+}
+
+// Selects reports whether rp's selector matches the labels.
+func Selects(rp *v1alpha1.RolloutPolicy, workloadLabels map[string]string) bool {
+	if rp.Spec.Selector == nil {
+		return false
+	}
+	sel, err := metav1.LabelSelectorAsSelector(rp.Spec.Selector)
+	if err != nil || sel.Empty() {
+		return false
+	}
+	return sel.Matches(labels.Set(workloadLabels))
+}
+
 // Find returns the status of workload w in rp, or nil.
 func Find(rp *v1alpha1.RolloutPolicy, w Workload) *v1alpha1.WorkloadRollout {
 	for i := range rp.Status.Workloads {
@@ -134,13 +161,23 @@ type Plan struct {
 	// A device no wave takes is admitted only once the rollout completes,
 	// and then Plan is nil.
 	Admitted int
-	wave     map[string]int
+	// Frozen is the wave (by index) a held rollout stopped in, or None:
+	// its devices stay on whichever of the two revisions they run, so
+	// that a pause holds everything where it is.
+	Frozen int
+	wave   map[string]int
 }
 
 // Admits reports whether node may run the new revision.
 func (p *Plan) Admits(node string) bool {
 	w, ok := p.wave[node]
 	return ok && w != None && w < p.Admitted
+}
+
+// Holds reports whether node is in the frozen wave of a held rollout.
+func (p *Plan) Holds(node string) bool {
+	w, ok := p.wave[node]
+	return ok && p.Frozen != None && w == p.Frozen
 }
 
 // Wave is node's wave index (None when no wave takes it).
@@ -165,7 +202,7 @@ func PlanFor(rp *v1alpha1.RolloutPolicy, w Workload, revision string, nodes []*c
 	if st == nil {
 		return nil, nil
 	}
-	p := &Plan{Revision: revision}
+	p := &Plan{Revision: revision, Frozen: None}
 	if st.Revision != revision {
 		p.Previous = Stable(st)
 	} else {
@@ -177,13 +214,16 @@ func PlanFor(rp *v1alpha1.RolloutPolicy, w Workload, revision string, nodes []*c
 			// The failed wave goes back; the waves before it met the
 			// criteria and keep the new version.
 			p.Admitted = WaveIndex(rp, st.CurrentWave)
+		case v1alpha1.RolloutPaused:
+			p.Admitted = WaveIndex(rp, st.CurrentWave) + 1
+			p.Frozen = p.Admitted - 1
 		default:
 			p.Admitted = WaveIndex(rp, st.CurrentWave) + 1
 		}
-		if p.Admitted < 0 {
+		if p.Admitted < 0 || (p.Admitted == 0 && st.Phase != v1alpha1.RolloutRolledBack) {
 			// The wave was renamed or removed under a running rollout:
 			// hold rather than guess.
-			p.Admitted = 0
+			p.Admitted, p.Frozen = 0, None
 		}
 	}
 	if p.Previous == "" || p.Previous == revision {

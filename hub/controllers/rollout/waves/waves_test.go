@@ -266,3 +266,44 @@ func TestMaxFailuresRoundsDown(t *testing.T) {
 		}
 	}
 }
+
+func TestPausedPlanFreezesTheCurrentWaveOnly(t *testing.T) {
+	nodes := fleet(10, 0)
+	rp := policy(canary(), v1alpha1.RolloutWave{Name: "half", Percent: ptr(int32(50))}, v1alpha1.RolloutWave{Name: "rest"})
+	rp.Status.Workloads = []v1alpha1.WorkloadRollout{status("b", "a", "half", v1alpha1.RolloutPaused)}
+	plan, err := PlanFor(rp, Workload{Kind: "DaemonSet", Name: "kiosk"}, "b", nodes)
+	if err != nil || plan == nil {
+		t.Fatalf("plan %v, %v", plan, err)
+	}
+	for _, n := range nodes {
+		if got, want := plan.Holds(n.Name), plan.Wave(n.Name) == 1; got != want {
+			t.Errorf("%s of wave %d: held %t, want %t", n.Name, plan.Wave(n.Name), got, want)
+		}
+	}
+	rp.Status.Workloads[0].Phase = v1alpha1.RolloutProgressing
+	plan, _ = PlanFor(rp, Workload{Kind: "DaemonSet", Name: "kiosk"}, "b", nodes)
+	for _, n := range nodes {
+		if plan.Holds(n.Name) {
+			t.Errorf("%s held while progressing", n.Name)
+		}
+	}
+}
+
+func TestPolicyForTakesTheFirstByName(t *testing.T) {
+	mk := func(name string, sel map[string]string) *v1alpha1.RolloutPolicy {
+		return &v1alpha1.RolloutPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.RolloutPolicySpec{Selector: &metav1.LabelSelector{MatchLabels: sel}}}
+	}
+	b, a, other := mk("b", map[string]string{"app": "kiosk"}), mk("a", map[string]string{"tier": "edge"}), mk("c", map[string]string{"app": "printer"})
+	if got := PolicyFor([]*v1alpha1.RolloutPolicy{other, b, a}, map[string]string{"app": "kiosk", "tier": "edge"}); got != a {
+		t.Errorf("got %v, want policy a", got)
+	}
+	if got := PolicyFor([]*v1alpha1.RolloutPolicy{other, b, a}, map[string]string{"app": "menu"}); got != nil {
+		t.Errorf("got %v for an unselected workload", got.Name)
+	}
+}
+
+func TestSignatureReasonIsTheAgents(t *testing.T) {
+	if reasonImageSignature != trust.WaitingReason {
+		t.Errorf("the agent reports a refused signature as %q, the criteria look for %q", trust.WaitingReason, reasonImageSignature)
+	}
+}
