@@ -7,6 +7,10 @@ const (
 	LabelSource = "flotilla.dev/source"
 	// AnnotationSourceCommit records the commit an object was last applied from.
 	AnnotationSourceCommit = "flotilla.dev/commit"
+	// AnnotationLastApplied holds the manifest a GitSource last applied an
+	// object from: flotctl reads it to tell the fields Git sets (and the
+	// next sync restores) from those it leaves alone.
+	AnnotationLastApplied = "flotilla.dev/last-applied"
 	// AnnotationReconcile opts an object out of drift correction when "disabled".
 	AnnotationReconcile = "flotilla.dev/reconcile"
 	// LabelAutonomy on a Node means its pods are never evicted for unreachability.

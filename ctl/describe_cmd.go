@@ -185,6 +185,11 @@ func (a *App) factsFor(ctx context.Context, c *Clients, r *api.Resource, obj run
 		if err := nodes(fields.Everything()); err != nil {
 			return nil, err
 		}
+		if _, ok := o.(*appsv1.DaemonSet); ok {
+			if f.RolloutPolicies, err = a.rolloutPolicies(ctx, c, ns); err != nil {
+				return nil, err
+			}
+		}
 		for i := range f.Pods {
 			if p := &f.Pods[i]; hasCrashed(p) {
 				for k, v := range a.previousLogs(ctx, c, p) {

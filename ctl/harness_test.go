@@ -53,22 +53,23 @@ type harness struct {
 	stdin    string
 }
 
-// newHarness serves objs from client-go's fake clientsets; GitSources go
-// to the dynamic fake, everything else to the typed one.
+// newHarness serves objs from client-go's fake clientsets; GitSources and
+// RolloutPolicies go to the dynamic fake, everything else to the typed one.
 func newHarness(t *testing.T, objs ...runtime.Object) *harness {
 	t.Helper()
 	var typedObjs, dynObjs []runtime.Object
 	for _, o := range objs {
-		if _, ok := o.(*v1alpha1.GitSource); ok {
+		switch o.(type) {
+		case *v1alpha1.GitSource, *v1alpha1.RolloutPolicy:
 			dynObjs = append(dynObjs, o)
-		} else {
+		default:
 			typedObjs = append(typedObjs, o)
 		}
 	}
 	return &harness{
 		t:       t,
 		typed:   fake.NewClientset(typedObjs...),
-		dynamic: dynfake.NewSimpleDynamicClientWithCustomListKinds(api.Scheme, map[schema.GroupVersionResource]string{gitSourceGVR: "GitSourceList"}, dynObjs...),
+		dynamic: dynfake.NewSimpleDynamicClientWithCustomListKinds(api.Scheme, map[schema.GroupVersionResource]string{gitSourceGVR: "GitSourceList", rolloutPolicyGVR: "RolloutPolicyList"}, dynObjs...),
 	}
 }
 

@@ -27,7 +27,7 @@ import (
 )
 
 func (a *App) rolloutCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "rollout", Short: "Follow, list, undo and restart the rollouts of deployments and daemonsets"}
+	cmd := &cobra.Command{Use: "rollout", Short: "Follow, list, undo, restart, pause and resume the rollouts of deployments and daemonsets"}
 
 	var follow bool
 	var timeout time.Duration
@@ -102,7 +102,7 @@ instead.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(status, history, undo, restart)
+	cmd.AddCommand(status, history, undo, restart, a.rolloutPauseCommand(true), a.rolloutPauseCommand(false))
 	return cmd
 }
 
@@ -156,6 +156,9 @@ func (a *App) rolloutStatus(ctx context.Context, r *api.Resource, name string, f
 	obj, err := rc.Get(ctx, name)
 	if err != nil {
 		return err
+	}
+	if a.isStaged(ctx, c, obj) {
+		return a.stagedStatus(ctx, c, name, follow)
 	}
 	last := ""
 	check := func(obj runtime.Object) (bool, error) {

@@ -9,6 +9,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"flotilla.dev/flotilla/api/v1alpha1"
 	"k8s.io/apimachinery/pkg/util/duration"
 )
 
@@ -81,6 +83,8 @@ type Facts struct {
 	Leases         []coordinationv1.Lease
 	Pods           []corev1.Pod
 	EndpointSlices []discoveryv1.EndpointSlice
+	// RolloutPolicies of the diagnosed workload's namespace.
+	RolloutPolicies []*v1alpha1.RolloutPolicy
 	// PreviousLogs holds the last lines of a container's previous instance,
 	// keyed by LogKey.
 	PreviousLogs map[string][]string

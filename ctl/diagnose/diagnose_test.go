@@ -270,3 +270,22 @@ func TestSortWorstFirst(t *testing.T) {
 		t.Errorf("order %v", got)
 	}
 }
+
+func TestDaemonSetNamesTheHeldWave(t *testing.T) {
+	labels := map[string]string{"app": "kiosk"}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "shops", Name: "kiosk", Labels: labels, Generation: 3},
+		Status: appsv1.DaemonSetStatus{ObservedGeneration: 3, DesiredNumberScheduled: 10, UpdatedNumberScheduled: 2, NumberReady: 10}}
+	rp := &v1alpha1.RolloutPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "shops", Name: "kiosks"},
+		Spec: v1alpha1.RolloutPolicySpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Paused: true},
+		Status: v1alpha1.RolloutPolicyStatus{Workloads: []v1alpha1.WorkloadRollout{{Kind: "DaemonSet", Name: "kiosk", ObservedGeneration: 3,
+			Phase: v1alpha1.RolloutPaused, CurrentWave: "canary"}}}}
+	fd := DaemonSet(ds, &Facts{Now: now, RolloutPolicies: []*v1alpha1.RolloutPolicy{rp}})
+	if fd.Stage != StageRollout || fd.Owner != "RolloutPolicy shops/kiosks" || !strings.Contains(fd.Summary, `8 device(s) run the previous revision: the rollout is held at wave "canary"`) ||
+		!strings.Contains(strings.Join(fd.Details, "\n"), "flotctl rollout resume daemonset kiosk") {
+		t.Errorf("%+v", fd)
+	}
+	// Without the policy, the same DaemonSet is just behind.
+	if fd := DaemonSet(ds, &Facts{Now: now}); fd.Owner == "RolloutPolicy shops/kiosks" {
+		t.Errorf("%+v", fd)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/printers"
 	"flotilla.dev/flotilla/api/v1alpha1"
+	"flotilla.dev/flotilla/hub/controllers/rollout/waves"
 )
 
 // LastSeenNode is when a device last reported: its Lease's renew time, or
@@ -290,6 +291,9 @@ func DaemonSet(ds *appsv1.DaemonSet, f *Facts) Finding {
 	}
 	fd.Severity = Warning
 	fd.Summary = fmt.Sprintf("ready on %d/%d devices, %d up to date", st.NumberReady, st.DesiredNumberScheduled, st.UpdatedNumberScheduled)
+	if held, ok := heldWave(fd, ds, f); ok {
+		return held
+	}
 	if st.NumberMisscheduled > 0 {
 		fd.Details = append(fd.Details, fmt.Sprintf("%d pods run on devices they should not", st.NumberMisscheduled))
 	}
@@ -300,6 +304,54 @@ func DaemonSet(ds *appsv1.DaemonSet, f *Facts) Finding {
 		}
 	}
 	return withWorstPod(fd, ds.Namespace, ds.Spec.Selector, f)
+}
+
+// heldWave names a staged rollout's wave as the reason devices run the
+// previous revision: waves not yet admitted wait for the current one, and a
+// paused or failed wave holds them.
+func heldWave(fd Finding, ds *appsv1.DaemonSet, f *Facts) (Finding, bool) {
+	rp := waves.PolicyFor(f.RolloutPolicies, ds.Labels)
+	if rp == nil {
+		return fd, false
+	}
+	w := waves.Find(rp, waves.Workload{Kind: "DaemonSet", Name: ds.Name})
+	if w == nil || w.Phase == v1alpha1.RolloutComplete || w.ObservedGeneration < ds.Generation {
+		return fd, false
+	}
+	old := ds.Status.DesiredNumberScheduled - ds.Status.UpdatedNumberScheduled
+	policy := "RolloutPolicy " + rp.Namespace + "/" + rp.Name
+	fd.Stage, fd.Owner = StageRollout, policy
+	switch w.Phase {
+	case v1alpha1.RolloutProgressing:
+		fd.Severity = Info
+		fd.Summary = fmt.Sprintf("%d device(s) keep the previous revision until their wave: wave %q is proving itself (%s)", old, w.CurrentWave, fd.Summary)
+	case v1alpha1.RolloutPaused:
+		fd.Summary = fmt.Sprintf("%d device(s) run the previous revision: the rollout is held at wave %q (%s)", old, w.CurrentWave, fd.Summary)
+		if rp.Spec.Paused {
+			fd.Details = append(fd.Details, "spec.paused is set: flotctl rollout resume daemonset "+ds.Name+" goes on")
+		}
+	case v1alpha1.RolloutRolledBack:
+		fd.Severity = Critical
+		fd.Summary = fmt.Sprintf("%d device(s) run the previous revision: wave %q failed and was rolled back (%s)", old, w.CurrentWave, fd.Summary)
+		fd.Details = append(fd.Details, "a new template (a fixing commit) starts a new rollout")
+	}
+	if w.Message != "" {
+		fd.Details = append(fd.Details, w.Message)
+	}
+	var failed []string
+	for _, ws := range w.Waves {
+		for _, d := range ws.FailedDevices {
+			failed = append(failed, fmt.Sprintf("%s (wave %s): %s: %s", d.Node, ws.Name, d.Reason, d.Message))
+		}
+	}
+	if len(failed) > 0 && fd.Severity < Critical {
+		fd.Severity = Critical
+	}
+	if len(failed) > 5 {
+		failed = append(failed[:5], fmt.Sprintf("... and %d more", len(failed)-5))
+	}
+	fd.Details = append(fd.Details, failed...)
+	return fd, true
 }
 
 // prepullBlocked names the devices that cannot pull a prepull

@@ -3,6 +3,7 @@ package applier
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -10,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	"flotilla.dev/flotilla/api"
@@ -266,4 +269,43 @@ func equal(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// A RolloutPolicy's spec.paused, set by flotctl rollout pause, survives
+// the syncs of a manifest that leaves it out; a manifest that sets it owns
+// it.
+func TestPauseOutsideTheManifestSurvivesSyncs(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	policy := func(readySeconds int, extra string) string {
+		return fmt.Sprintf("apiVersion: flotilla.dev/v1alpha1\nkind: RolloutPolicy\nmetadata: {name: kiosks, namespace: shop}\nspec:\n"+
+			"  selector: {matchLabels: {app: kiosk}}\n  waves: [{name: canary, percent: 10}, {name: rest}]\n"+
+			"  successCriteria: {readySeconds: %d}\n%s", readySeconds, extra)
+	}
+	dyn, err := dynamic.NewForConfig(e.h.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rps := dyn.Resource(v1alpha1.SchemeGroupVersion.WithResource("rolloutpolicies")).Namespace("shop")
+	paused := func() bool {
+		t.Helper()
+		u, err := rps.Get(ctx, "kiosks", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _, _ := unstructured.NestedBool(u.Object, "spec", "paused")
+		return p
+	}
+	e.mustApply("c1", map[string]string{"ns.yaml": nsShop, "rp.yaml": policy(60, "")}, Result{Created: 2})
+	if _, err := rps.Patch(ctx, "kiosks", types.MergePatchType, []byte(`{"spec":{"paused":true}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.mustApply("c2", map[string]string{"ns.yaml": nsShop, "rp.yaml": policy(30, "")}, Result{Updated: 1, Unchanged: 1})
+	if !paused() {
+		t.Fatal("a sync that changed another field unpaused the policy")
+	}
+	e.mustApply("c3", map[string]string{"ns.yaml": nsShop, "rp.yaml": policy(30, "  paused: false\n")}, Result{Updated: 1, Unchanged: 1})
+	if paused() {
+		t.Fatal("Git says paused: false, and the policy stayed paused")
+	}
 }

@@ -21,7 +21,7 @@ import (
 const (
 	// AnnotationLastApplied holds the manifest the object was last applied
 	// from (Secret values replaced by their SHA-256), for three-way merges.
-	AnnotationLastApplied = "flotilla.dev/last-applied"
+	AnnotationLastApplied = api.AnnotationLastApplied
 	// ReconcileDisabled is the value of api.AnnotationReconcile that opts
 	// an object out of updates and pruning once it exists.
 	ReconcileDisabled = "disabled"

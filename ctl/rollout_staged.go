@@ -1,0 +1,232 @@
+package ctl
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/api/v1alpha1"
+	"flotilla.dev/flotilla/ctl/output"
+	"flotilla.dev/flotilla/ctl/rollout"
+	"flotilla.dev/flotilla/hub/controllers/rollout/waves"
+)
+
+var rolloutPolicyGVR = v1alpha1.SchemeGroupVersion.WithResource("rolloutpolicies")
+
+// stagedPollInterval is how often rollout status reads a staged rollout:
+// its progress is in the policy's status, not the workload's, so there is
+// no single object to watch.
+const stagedPollInterval = time.Second
+
+func (a *App) rolloutPauseCommand(paused bool) *cobra.Command {
+	verb, doing := "pause", "Hold"
+	if !paused {
+		verb, doing = "resume", "Go on with"
+	}
+	var force bool
+	cmd := &cobra.Command{
+		Use:   verb + " (daemonset|deployment) NAME | KIND/NAME",
+		Short: doing + " the staged rollouts of the RolloutPolicy that selects a workload",
+		Long: doing + ` the staged rollouts of the RolloutPolicy that selects the workload, by
+setting the policy's spec.paused (so every workload it selects is ` + verb + `d).
+A paused rollout gives no further device the new version; the devices of
+the current wave keep the version they run.
+
+A policy applied from a GitSource keeps a pause set here across syncs
+when its manifest leaves spec.paused out; when the manifest sets it, Git
+owns the field and the next sync would put it back, so this is refused
+without --force: change it in Git.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, name, err := rolloutTarget(args)
+			if err != nil {
+				return err
+			}
+			return a.rolloutPause(cmd.Context(), r, name, paused, force)
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "set spec.paused even where Git sets it (until the next sync puts Git's value back)")
+	return cmd
+}
+
+func (a *App) rolloutPause(ctx context.Context, r *api.Resource, name string, paused, force bool) error {
+	c, err := a.connect()
+	if err != nil {
+		return err
+	}
+	rc, err := c.clientFor(r, c.Namespace)
+	if err != nil {
+		return err
+	}
+	obj, err := rc.Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return err
+	}
+	workload := output.KindGroup(r.GVK()) + "/" + name
+	rp, err := a.stagingPolicy(ctx, c, c.Namespace, m.GetLabels())
+	if err != nil {
+		return err
+	}
+	if rp == nil {
+		return fmt.Errorf("no RolloutPolicy in namespace %s selects %s (labels %s): pause and resume act on the policy that stages a workload; create one whose spec.selector matches (see docs/staged-rollouts.md)",
+			c.Namespace, workload, labels.Set(m.GetLabels()).String())
+	}
+	policy := output.KindGroup(rolloutPolicyGVR.GroupVersion().WithKind("RolloutPolicy")) + "/" + rp.Name
+	word := map[bool]string{true: "paused", false: "resumed"}[paused]
+	if src := rp.Labels[api.LabelSource]; src != "" {
+		if git, sets := gitSetsPaused(rp); sets && git != paused && !force {
+			return fmt.Errorf("%s (which stages %s) is applied from GitSource %s, whose manifest sets spec.paused: %t; the next sync would put it back: change it in Git (then flotctl reconcile source), or pass --force",
+				policy, workload, src, git)
+		}
+	}
+	if rp.Spec.Paused == paused {
+		fmt.Fprintf(a.Out, "%s already %s (it stages %s)\n", policy, word, workload)
+		return nil
+	}
+	prc, err := c.clientFor(rolloutPolicyResource(), c.Namespace)
+	if err != nil {
+		return err
+	}
+	patch := fmt.Sprintf(`{"spec":{"paused":%t}}`, paused)
+	if _, err := prc.Patch(ctx, rp.Name, types.MergePatchType, []byte(patch)); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.Out, "%s %s (it stages %s and every workload its selector matches)\n", policy, word, workload)
+	if src := rp.Labels[api.LabelSource]; src != "" {
+		if _, sets := gitSetsPaused(rp); !sets {
+			fmt.Fprintf(a.Out, "note: the policy is applied from GitSource %s, whose manifest leaves spec.paused out: syncs keep this setting\n", src)
+		}
+	}
+	return nil
+}
+
+// gitSetsPaused reads the manifest a GitSource last applied the policy
+// from: whether it sets spec.paused, and to what.
+func gitSetsPaused(rp *v1alpha1.RolloutPolicy) (value, sets bool) {
+	raw := rp.Annotations[api.AnnotationLastApplied]
+	if raw == "" {
+		return false, false
+	}
+	var m struct {
+		Spec map[string]json.RawMessage `json:"spec"`
+	}
+	if json.Unmarshal([]byte(raw), &m) != nil {
+		return false, false
+	}
+	v, ok := m.Spec["paused"]
+	if !ok {
+		return false, false
+	}
+	var b bool
+	_ = json.Unmarshal(v, &b)
+	return b, true
+}
+
+// rolloutPolicyResource is the served RolloutPolicy resource (in api's
+// table, so it is always found).
+func rolloutPolicyResource() *api.Resource {
+	r, _ := api.ResourceFor(rolloutPolicyGVR)
+	return r
+}
+
+// stagingPolicy returns the RolloutPolicy of namespace ns that stages a
+// workload with these labels, or nil. A hub that does not serve
+// RolloutPolicies stages nothing.
+func (a *App) stagingPolicy(ctx context.Context, c *Clients, ns string, workloadLabels map[string]string) (*v1alpha1.RolloutPolicy, error) {
+	policies, err := a.rolloutPolicies(ctx, c, ns)
+	if err != nil {
+		return nil, err
+	}
+	return waves.PolicyFor(policies, workloadLabels), nil
+}
+
+func (a *App) rolloutPolicies(ctx context.Context, c *Clients, ns string) ([]*v1alpha1.RolloutPolicy, error) {
+	rc, err := c.clientFor(rolloutPolicyResource(), ns)
+	if err != nil {
+		return nil, err
+	}
+	obj, err := rc.List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing the RolloutPolicies of namespace %s: %w", ns, err)
+	}
+	list, ok := obj.(*v1alpha1.RolloutPolicyList)
+	if !ok {
+		return nil, fmt.Errorf("listing the RolloutPolicies of namespace %s: got %T", ns, obj)
+	}
+	out := make([]*v1alpha1.RolloutPolicy, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
+}
+
+// stagedStatus follows a DaemonSet's staged rollout from its policy's
+// status: a line per change of wave progress, until every wave is done
+// (success), a wave failed (failure, with the failing devices), or ctx
+// ends.
+func (a *App) stagedStatus(ctx context.Context, c *Clients, name string, follow bool) error {
+	last := ""
+	var obj runtime.Object
+	for {
+		ds, err := c.Typed.AppsV1().DaemonSets(c.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			if obj != nil {
+				return a.rolloutWaitErr(ctx, c, obj, err)
+			}
+			return err
+		}
+		obj = ds
+		rp, err := a.stagingPolicy(ctx, c, c.Namespace, ds.Labels)
+		if err != nil {
+			return a.rolloutWaitErr(ctx, c, obj, err)
+		}
+		var st rollout.Status
+		if rp == nil {
+			st = rollout.DaemonSetStatus(ds)
+		} else {
+			st = rollout.StagedDaemonSetStatus(ds, rp)
+		}
+		if st.Err != nil {
+			return a.explainFailure(ctx, c, ds, st.Err)
+		}
+		if st.Message != last {
+			fmt.Fprintln(a.Out, st.Message)
+			last = st.Message
+		}
+		if st.Done || !follow {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return a.rolloutWaitErr(ctx, c, obj, ctx.Err())
+		case <-time.After(stagedPollInterval):
+		}
+	}
+}
+
+// isStaged reports whether a RolloutPolicy stages obj (a DaemonSet).
+func (a *App) isStaged(ctx context.Context, c *Clients, obj runtime.Object) bool {
+	ds, ok := obj.(*appsv1.DaemonSet)
+	if !ok {
+		return false
+	}
+	rp, err := a.stagingPolicy(ctx, c, ds.Namespace, ds.Labels)
+	return err == nil && rp != nil
+}
