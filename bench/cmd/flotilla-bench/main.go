@@ -88,6 +88,13 @@ func main() {
 				fmt.Printf("%-44s %v to complete (simulated devices running the agent's kubelet, %d pods each, containers start in %v)\n",
 					"rolling update, 100 replicas", d.Round(10*time.Millisecond), rollout.PodsPerDevice, rollout.ReadyDelay)
 			}
+			r, err := rollout.Staged(ctx, hub.cfg, 1000)
+			report("staged rollout, 1000 devices", err)
+			if err == nil {
+				for _, l := range r.Lines() {
+					fmt.Println(l)
+				}
+			}
 		}
 		if want("gitops") {
 			r, err := gitopsbench.Run(ctx, hub.cfg, gitopsbench.Options{})
