@@ -36,7 +36,7 @@ func (a *App) rolloutPauseCommand(paused bool) *cobra.Command {
 	}
 	var force bool
 	cmd := &cobra.Command{
-		Use:   verb + " (daemonset|deployment) NAME | KIND/NAME",
+		Use:   verb + " daemonset NAME | daemonset/NAME",
 		Short: doing + " the staged rollouts of the RolloutPolicy that selects a workload",
 		Long: doing + ` the staged rollouts of the RolloutPolicy that selects the workload, by
 setting the policy's spec.paused (so every workload it selects is ` + verb + `d).
@@ -60,6 +60,11 @@ without --force: change it in Git.`,
 }
 
 func (a *App) rolloutPause(ctx context.Context, r *api.Resource, name string, paused, force bool) error {
+	if r.Kind != "DaemonSet" {
+		// A policy's pause would say it holds the Deployment while it
+		// rolls out regardless.
+		return fmt.Errorf("RolloutPolicies stage only daemonsets so far, so pausing one cannot hold deployment %s: set the Deployment's own spec.paused (kubectl rollout pause deployment %s)", name, name)
+	}
 	c, err := a.connect()
 	if err != nil {
 		return err

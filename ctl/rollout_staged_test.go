@@ -61,6 +61,14 @@ func TestRolloutPauseAndResumeSetThePolicyOfTheWorkload(t *testing.T) {
 	}
 }
 
+func TestRolloutPauseRefusesDeployments(t *testing.T) {
+	h := newHarness(t, deployment("web", 2), kioskPolicy(func(rp *v1alpha1.RolloutPolicy) { rp.Spec.Selector.MatchLabels = map[string]string{"app": "web"} }))
+	_, errOut, code := h.run("rollout", "pause", "deployment/web")
+	if code == 0 || h.policyPaused() || !strings.Contains(errOut, "stage only daemonsets") {
+		t.Fatalf("exit %d, paused %t, stderr %q", code, h.policyPaused(), errOut)
+	}
+}
+
 func TestRolloutPauseNamesTheMissingPolicy(t *testing.T) {
 	h := newHarness(t, kioskDaemonSet(), kioskPolicy(func(rp *v1alpha1.RolloutPolicy) { rp.Spec.Selector.MatchLabels["app"] = "menu" }))
 	_, errOut, code := h.run("rollout", "pause", "ds", "kiosk")
