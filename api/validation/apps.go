@@ -3,6 +3,7 @@ package validation
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
@@ -323,17 +324,117 @@ func validateJob(j, old *batchv1.Job, opts Options) field.ErrorList {
 	if m := s.CompletionMode; m != nil && !oneOf(*m, batchv1.NonIndexedCompletion, batchv1.IndexedCompletion) {
 		errs = append(errs, field.NotSupported(specPath.Child("completionMode"), *m, []batchv1.CompletionMode{batchv1.NonIndexedCompletion, batchv1.IndexedCompletion}))
 	}
-	if m := s.CompletionMode; m != nil && *m == batchv1.IndexedCompletion {
-		errs = append(errs, field.NotSupported(specPath.Child("completionMode"), *m, []batchv1.CompletionMode{batchv1.NonIndexedCompletion}))
-	}
-	if s.BackoffLimitPerIndex != nil || s.MaxFailedIndexes != nil || s.SuccessPolicy != nil {
-		errs = append(errs, field.Forbidden(specPath, "backoffLimitPerIndex, maxFailedIndexes and successPolicy need an Indexed Job, which this hub does not run yet"))
-	}
+	errs = append(errs, validateIndexed(j)...)
+	errs = append(errs, validatePodFailurePolicy(s)...)
 	if old != nil {
 		errs = immutable(errs, sp, s.Selector, old.Spec.Selector)
 		errs = immutable(errs, specPath.Child("completionMode"), s.CompletionMode, old.Spec.CompletionMode)
 		if !(old.Spec.Suspend != nil && *old.Spec.Suspend) {
 			errs = immutable(errs, tp, s.Template, old.Spec.Template)
+		}
+	}
+	return errs
+}
+
+// Limits of Indexed Jobs, as Kubernetes'.
+const (
+	maxParallelismForIndexedJob = 100000
+	maxFailedIndexesLimit       = 100000
+	// Kubernetes keeps a Job's failed indexes in one status string; it
+	// bounds completions so that string stays small.
+	maxCompletionsWithBackoffLimitPerIndex = 100000
+)
+
+// validateIndexed checks completionMode Indexed and the per-index
+// fields, which only it may use.
+func validateIndexed(j *batchv1.Job) field.ErrorList {
+	var errs field.ErrorList
+	s := &j.Spec
+	indexed := s.CompletionMode != nil && *s.CompletionMode == batchv1.IndexedCompletion
+	if !indexed {
+		if s.BackoffLimitPerIndex != nil {
+			errs = append(errs, field.Invalid(specPath.Child("backoffLimitPerIndex"), *s.BackoffLimitPerIndex, "requires indexed completion mode"))
+		}
+		if s.MaxFailedIndexes != nil {
+			errs = append(errs, field.Invalid(specPath.Child("maxFailedIndexes"), *s.MaxFailedIndexes, "requires indexed completion mode"))
+		}
+		return errs
+	}
+	if s.SuccessPolicy != nil {
+		errs = append(errs, field.Forbidden(specPath.Child("successPolicy"), "not run by this hub: an Indexed Job succeeds when every index has"))
+	}
+	if s.Completions == nil {
+		errs = append(errs, field.Required(specPath.Child("completions"), "when completion mode is Indexed"))
+	}
+	if s.Parallelism != nil && *s.Parallelism > maxParallelismForIndexedJob {
+		errs = append(errs, field.Invalid(specPath.Child("parallelism"), *s.Parallelism, fmt.Sprintf("must be less than or equal to %d when completion mode is Indexed", maxParallelismForIndexedJob)))
+	}
+	if s.Completions != nil && *s.Completions > 0 {
+		// Each pod's hostname is <job>-<index>, one DNS label.
+		if host := fmt.Sprintf("%s-%d", j.Name, *s.Completions-1); len(host) > 63 {
+			errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), j.Name, fmt.Sprintf("too long for an Indexed Job of %d completions: its pods' hostnames (%s) would exceed 63 characters; use a shorter name", *s.Completions, host)))
+		}
+	}
+	if s.BackoffLimitPerIndex != nil {
+		errs = nonNegative(errs, specPath.Child("backoffLimitPerIndex"), int64(*s.BackoffLimitPerIndex))
+		if s.Completions != nil && *s.Completions > maxCompletionsWithBackoffLimitPerIndex {
+			errs = append(errs, field.Invalid(specPath.Child("completions"), *s.Completions, fmt.Sprintf("must be less than or equal to %d when backoffLimitPerIndex is specified", maxCompletionsWithBackoffLimitPerIndex)))
+		}
+	}
+	if m := s.MaxFailedIndexes; m != nil {
+		errs = nonNegative(errs, specPath.Child("maxFailedIndexes"), int64(*m))
+		switch {
+		case s.BackoffLimitPerIndex == nil:
+			errs = append(errs, field.Required(specPath.Child("backoffLimitPerIndex"), "when maxFailedIndexes is specified"))
+		case *m > maxFailedIndexesLimit:
+			errs = append(errs, field.Invalid(specPath.Child("maxFailedIndexes"), *m, fmt.Sprintf("must be less than or equal to %d", maxFailedIndexesLimit)))
+		case s.Completions != nil && *m > *s.Completions:
+			errs = append(errs, field.Invalid(specPath.Child("maxFailedIndexes"), *m, "must be less than or equal to completions"))
+		}
+	}
+	return errs
+}
+
+var podFailurePolicyActions = []batchv1.PodFailurePolicyAction{
+	batchv1.PodFailurePolicyActionFailJob, batchv1.PodFailurePolicyActionFailIndex,
+	batchv1.PodFailurePolicyActionIgnore, batchv1.PodFailurePolicyActionCount,
+}
+
+// validatePodFailurePolicy checks the rules' actions and requirements:
+// FailIndex needs backoffLimitPerIndex, as in Kubernetes, and a rule says
+// exit codes or pod conditions, not both.
+func validatePodFailurePolicy(s *batchv1.JobSpec) field.ErrorList {
+	var errs field.ErrorList
+	rpPath := specPath.Child("template", "spec", "restartPolicy")
+	if s.BackoffLimitPerIndex != nil && s.Template.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		errs = append(errs, field.NotSupported(rpPath, s.Template.Spec.RestartPolicy, []corev1.RestartPolicy{corev1.RestartPolicyNever}))
+	}
+	if s.PodFailurePolicy == nil {
+		return errs
+	}
+	if s.BackoffLimitPerIndex == nil && s.Template.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		errs = append(errs, field.Invalid(rpPath, s.Template.Spec.RestartPolicy, "only `Never` is supported when podFailurePolicy is specified"))
+	}
+	rp := specPath.Child("podFailurePolicy", "rules")
+	for i, r := range s.PodFailurePolicy.Rules {
+		p := rp.Index(i)
+		switch {
+		case !oneOf(r.Action, podFailurePolicyActions...):
+			errs = append(errs, field.NotSupported(p.Child("action"), r.Action, podFailurePolicyActions))
+		case r.Action == batchv1.PodFailurePolicyActionFailIndex && s.BackoffLimitPerIndex == nil:
+			errs = append(errs, field.Invalid(p.Child("action"), r.Action, "requires the backoffLimitPerIndex to be set"))
+		}
+		if (r.OnExitCodes == nil) == (len(r.OnPodConditions) == 0) {
+			errs = append(errs, field.Invalid(p, "", "specifying one of OnExitCodes and OnPodConditions is required"))
+		}
+		if c := r.OnExitCodes; c != nil {
+			ops := []batchv1.PodFailurePolicyOnExitCodesOperator{batchv1.PodFailurePolicyOnExitCodesOpIn, batchv1.PodFailurePolicyOnExitCodesOpNotIn}
+			if !oneOf(c.Operator, ops...) {
+				errs = append(errs, field.NotSupported(p.Child("onExitCodes", "operator"), c.Operator, ops))
+			}
+			if len(c.Values) == 0 {
+				errs = append(errs, field.Required(p.Child("onExitCodes", "values"), "at least one exit code"))
+			}
 		}
 	}
 	return errs

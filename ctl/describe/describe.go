@@ -76,7 +76,13 @@ func Describe(obj runtime.Object, facts *diagnose.Facts, style term.Style) (stri
 		} else {
 			w.line(0, "Completions:\t<unset>")
 		}
+		if m := o.Spec.CompletionMode; m != nil {
+			w.line(0, "Completion Mode:\t%s", *m)
+		}
 		w.line(0, "Backoff Limit:\t%d", ptrOr(o.Spec.BackoffLimit, 6))
+		if o.Spec.BackoffLimitPerIndex != nil {
+			w.line(0, "Backoff Limit Per Index:\t%d", *o.Spec.BackoffLimitPerIndex)
+		}
 		if o.Status.StartTime != nil {
 			w.line(0, "Start Time:\t%s", o.Status.StartTime.UTC().Format(time.RFC1123Z))
 		}
@@ -84,6 +90,12 @@ func Describe(obj runtime.Object, facts *diagnose.Facts, style term.Style) (stri
 			w.line(0, "Completed At:\t%s", o.Status.CompletionTime.UTC().Format(time.RFC1123Z))
 		}
 		w.line(0, "Pods Statuses:\t%d Active / %d Succeeded / %d Failed", o.Status.Active, o.Status.Succeeded, o.Status.Failed)
+		if o.Spec.CompletionMode != nil && *o.Spec.CompletionMode == batchv1.IndexedCompletion {
+			w.line(0, "Completed Indexes:\t%s", orNone(o.Status.CompletedIndexes))
+			if o.Status.FailedIndexes != nil {
+				w.line(0, "Failed Indexes:\t%s", orNone(*o.Status.FailedIndexes))
+			}
+		}
 		for _, c := range o.Status.Conditions {
 			if c.Status == corev1.ConditionTrue {
 				w.line(0, "Condition:\t%s (%s) %s", c.Type, c.Reason, c.Message)

@@ -193,6 +193,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return err
 	}
 	st := job.Status.DeepCopy()
+	if job.Spec.CompletionMode != nil && *job.Spec.CompletionMode == batchv1.IndexedCompletion {
+		return c.syncIndexed(ctx, job, st, pods, now)
+	}
 	var active, terminating []*corev1.Pod
 	var succeeded, failed int32
 	var lastFailure time.Time
@@ -207,7 +210,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 				continue
 			}
 			if action == batchv1.PodFailurePolicyActionFailJob && failJob == "" {
-				failJob = fmt.Sprintf("Pod %s/%s matched a rule of the pod failure policy that fails the job", p.Namespace, p.Name)
+				failJob = failJobMessage(p)
 			}
 			failed++
 			if t := finishedAt(p); t.After(lastFailure) {
@@ -222,66 +225,19 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	// Counts never go down: a finished pod deleted by hand was still a
 	// success or a failure.
 	st.Succeeded, st.Failed = max(st.Succeeded, succeeded), max(st.Failed, failed)
-	st.Active = int32(len(active))
-	st.Terminating = ptr.To(int32(len(terminating)))
-	ready := int32(0)
-	for _, p := range active {
-		if podutil.IsReady(p) {
-			ready++
-		}
-	}
-	st.Ready = &ready
+	countActive(st, active, terminating)
 	if failJob != "" {
 		return c.fail(ctx, job, st, active, ReasonPodFailurePolicy, failJob, now)
 	}
-
-	suspended := job.Spec.Suspend != nil && *job.Spec.Suspend
-	switch {
-	case suspended:
-		if !isTrue(st, batchv1.JobSuspended) {
-			setCondition(st, batchv1.JobSuspended, corev1.ConditionTrue, "JobSuspended", "Job suspended", now)
-			c.recorder.Event(job, corev1.EventTypeNormal, ReasonSuspended, "Job suspended")
-		}
-		// A suspended Job's time does not run.
-		st.StartTime = nil
-		if err := c.deletePods(ctx, job, active); err != nil {
-			return err
-		}
-		st.Active = 0
-		return c.writeStatus(ctx, job, st)
-	case isTrue(st, batchv1.JobSuspended):
-		setCondition(st, batchv1.JobSuspended, corev1.ConditionFalse, "JobResumed", "Job resumed", now)
-		c.recorder.Event(job, corev1.EventTypeNormal, ReasonResumed, "Job resumed")
-	}
-	if st.StartTime == nil {
-		t := metav1.NewTime(now)
-		st.StartTime = &t
-	}
-	if d := job.Spec.ActiveDeadlineSeconds; d != nil {
-		deadline := st.StartTime.Add(time.Duration(*d) * time.Second)
-		if !now.Before(deadline) {
-			return c.fail(ctx, job, st, active, ReasonDeadlineExceeded, "Job was active longer than specified deadline", now)
-		}
-		c.loop.EnqueueAfter(key, deadline.Sub(now))
+	if stop, err := c.suspendOrStart(ctx, job, st, active, now); stop || err != nil {
+		return err
 	}
 	if limit := ptr.Deref(job.Spec.BackoffLimit, 6); st.Failed > limit {
 		return c.fail(ctx, job, st, active, ReasonBackoffLimitExceeded, "Job has reached the specified backoff limit", now)
 	}
 	completions := job.Spec.Completions
 	if (completions != nil && st.Succeeded >= *completions) || (completions == nil && st.Succeeded > 0 && len(active) == 0) {
-		if err := c.deletePods(ctx, job, active); err != nil {
-			return err
-		}
-		st.Active = 0
-		setCondition(st, batchv1.JobSuccessCriteriaMet, corev1.ConditionTrue, "CompletionsReached", "Reached expected number of succeeded pods", now)
-		setCondition(st, batchv1.JobComplete, corev1.ConditionTrue, "CompletionsReached", "Reached expected number of succeeded pods", now)
-		t := metav1.NewTime(now)
-		st.CompletionTime = &t
-		c.recorder.Event(job, corev1.EventTypeNormal, ReasonCompleted, "Job completed")
-		if err := c.writeStatus(ctx, job, st); err != nil {
-			return err
-		}
-		return c.expire(ctx, job, now, now)
+		return c.complete(ctx, job, st, active, now)
 	}
 	want := ptr.Deref(job.Spec.Parallelism, 1)
 	switch {
@@ -311,6 +267,76 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		}
 	}
 	return c.writeStatus(ctx, job, st)
+}
+
+func failJobMessage(p *corev1.Pod) string {
+	return fmt.Sprintf("Pod %s/%s matched a rule of the pod failure policy that fails the job", p.Namespace, p.Name)
+}
+
+// countActive sets the status' counts of running and stopping pods.
+func countActive(st *batchv1.JobStatus, active, terminating []*corev1.Pod) {
+	st.Active = int32(len(active))
+	st.Terminating = ptr.To(int32(len(terminating)))
+	ready := int32(0)
+	for _, p := range active {
+		if podutil.IsReady(p) {
+			ready++
+		}
+	}
+	st.Ready = &ready
+}
+
+// suspendOrStart stops a suspended Job's pods (stop is true then), marks
+// a resumed one, starts its clock, and fails it past its deadline (stop
+// again) or asks to look again at the deadline.
+func (c *Controller) suspendOrStart(ctx context.Context, job *batchv1.Job, st *batchv1.JobStatus, active []*corev1.Pod, now time.Time) (stop bool, err error) {
+	suspended := job.Spec.Suspend != nil && *job.Spec.Suspend
+	switch {
+	case suspended:
+		if !isTrue(st, batchv1.JobSuspended) {
+			setCondition(st, batchv1.JobSuspended, corev1.ConditionTrue, "JobSuspended", "Job suspended", now)
+			c.recorder.Event(job, corev1.EventTypeNormal, ReasonSuspended, "Job suspended")
+		}
+		// A suspended Job's time does not run.
+		st.StartTime = nil
+		if err := c.deletePods(ctx, job, active); err != nil {
+			return true, err
+		}
+		st.Active = 0
+		return true, c.writeStatus(ctx, job, st)
+	case isTrue(st, batchv1.JobSuspended):
+		setCondition(st, batchv1.JobSuspended, corev1.ConditionFalse, "JobResumed", "Job resumed", now)
+		c.recorder.Event(job, corev1.EventTypeNormal, ReasonResumed, "Job resumed")
+	}
+	if st.StartTime == nil {
+		t := metav1.NewTime(now)
+		st.StartTime = &t
+	}
+	if d := job.Spec.ActiveDeadlineSeconds; d != nil {
+		deadline := st.StartTime.Add(time.Duration(*d) * time.Second)
+		if !now.Before(deadline) {
+			return true, c.fail(ctx, job, st, active, ReasonDeadlineExceeded, "Job was active longer than specified deadline", now)
+		}
+		c.loop.EnqueueAfter(controlloop.ObjectKey(job), deadline.Sub(now))
+	}
+	return false, nil
+}
+
+// complete marks the Job Complete and stops the pods still running.
+func (c *Controller) complete(ctx context.Context, job *batchv1.Job, st *batchv1.JobStatus, active []*corev1.Pod, now time.Time) error {
+	if err := c.deletePods(ctx, job, active); err != nil {
+		return err
+	}
+	st.Active = 0
+	setCondition(st, batchv1.JobSuccessCriteriaMet, corev1.ConditionTrue, "CompletionsReached", "Reached expected number of succeeded pods", now)
+	setCondition(st, batchv1.JobComplete, corev1.ConditionTrue, "CompletionsReached", "Reached expected number of succeeded pods", now)
+	t := metav1.NewTime(now)
+	st.CompletionTime = &t
+	c.recorder.Event(job, corev1.EventTypeNormal, ReasonCompleted, "Job completed")
+	if err := c.writeStatus(ctx, job, st); err != nil {
+		return err
+	}
+	return c.expire(ctx, job, now, now)
 }
 
 // backoff is how long to wait before replacing failed pods: 10 s after

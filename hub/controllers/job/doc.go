@@ -13,7 +13,11 @@
 // (its pods with it, through the garbage collector).
 //
 // The counts come from the pods themselves, never going down: the Job
-// keeps its finished pods (for their logs) until it is deleted. Indexed
-// Jobs (completionMode: Indexed, backoffLimitPerIndex) are refused by
-// validation until the loop runs them.
+// keeps its finished pods (for their logs) until it is deleted.
+//
+// Indexed Jobs (indexed.go) run one successful pod per index, each pod
+// told its index by annotation, label, JOB_COMPLETION_INDEX and hostname;
+// the done and failed indexes are kept in the status as compressed
+// ranges, so they outlive their pods. backoffLimitPerIndex gives each
+// index its own failure budget and backoff.
 package job
