@@ -61,6 +61,8 @@ var all = []*Resource{
 		New: func() runtime.Object { return &appsv1.DaemonSet{} }, NewList: func() runtime.Object { return &appsv1.DaemonSetList{} }},
 	{GVR: batchv1.SchemeGroupVersion.WithResource("jobs"), Kind: "Job", Singular: "job", Namespaced: true, Categories: []string{"all"}, HasStatus: true,
 		New: func() runtime.Object { return &batchv1.Job{} }, NewList: func() runtime.Object { return &batchv1.JobList{} }},
+	{GVR: batchv1.SchemeGroupVersion.WithResource("cronjobs"), Kind: "CronJob", Singular: "cronjob", Namespaced: true, ShortNames: []string{"cj"}, Categories: []string{"all"}, HasStatus: true,
+		New: func() runtime.Object { return &batchv1.CronJob{} }, NewList: func() runtime.Object { return &batchv1.CronJobList{} }},
 	{GVR: appsv1.SchemeGroupVersion.WithResource("controllerrevisions"), Kind: "ControllerRevision", Singular: "controllerrevision", Namespaced: true,
 		New: func() runtime.Object { return &appsv1.ControllerRevision{} }, NewList: func() runtime.Object { return &appsv1.ControllerRevisionList{} }},
 	{GVR: coordinationv1.SchemeGroupVersion.WithResource("leases"), Kind: "Lease", Singular: "lease", Namespaced: true,

@@ -56,6 +56,34 @@ func job(j *batchv1.Job) {
 	s.Template.Spec.RestartPolicy = rp
 }
 
+// Defaults of CronJobs, as Kubernetes'.
+const (
+	DefaultSuccessfulJobsHistoryLimit = int32(3)
+	DefaultFailedJobsHistoryLimit     = int32(1)
+)
+
+func cronJob(cj *batchv1.CronJob) {
+	s := &cj.Spec
+	if s.ConcurrencyPolicy == "" {
+		s.ConcurrencyPolicy = batchv1.AllowConcurrent
+	}
+	if s.Suspend == nil {
+		s.Suspend = ptr(false)
+	}
+	if s.SuccessfulJobsHistoryLimit == nil {
+		s.SuccessfulJobsHistoryLimit = ptr(DefaultSuccessfulJobsHistoryLimit)
+	}
+	if s.FailedJobsHistoryLimit == nil {
+		s.FailedJobsHistoryLimit = ptr(DefaultFailedJobsHistoryLimit)
+	}
+	// The Jobs it creates get the Job defaults then; the pod template's
+	// get them now, as Kubernetes does, restartPolicy aside.
+	t := &s.JobTemplate.Spec.Template
+	rp := t.Spec.RestartPolicy
+	podTemplate(t)
+	t.Spec.RestartPolicy = rp
+}
+
 // jobSelector gives a Job without manualSelector its selector and labels
 // its template, from its UID and name, as Kubernetes does on create.
 func jobSelector(j *batchv1.Job) {

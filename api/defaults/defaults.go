@@ -65,6 +65,8 @@ func Default(obj runtime.Object) {
 		daemonSet(o)
 	case *batchv1.Job:
 		job(o)
+	case *batchv1.CronJob:
+		cronJob(o)
 	case *v1alpha1.GitSource:
 		gitSource(o)
 	case *v1alpha1.RolloutPolicy:

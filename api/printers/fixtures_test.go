@@ -191,6 +191,13 @@ func fixtures() map[string]runtime.Object {
 				Status: batchv1.JobStatus{Failed: 7, StartTime: ptrTime(now.Add(-time.Hour)),
 					Conditions: []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded"}}}},
 		}},
+		"cronjobs": &batchv1.CronJobList{Items: []batchv1.CronJob{
+			{ObjectMeta: objMeta("nightly-export", 3*24*time.Hour), Spec: batchv1.CronJobSpec{Schedule: "0 2 * * *", TimeZone: ptr("Europe/Berlin"), Suspend: ptr(false),
+				JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: template("export")}}},
+				Status: batchv1.CronJobStatus{Active: []corev1.ObjectReference{{Kind: "Job", Name: "nightly-export-29410440"}}, LastScheduleTime: ptrTime(now.Add(-5 * time.Hour))}},
+			{ObjectMeta: objMeta("disk-cleanup", 10*time.Minute), Spec: batchv1.CronJobSpec{Schedule: "@hourly", Suspend: ptr(true),
+				JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: template("cleanup")}}}},
+		}},
 		"controllerrevisions": &appsv1.ControllerRevisionList{Items: []appsv1.ControllerRevision{
 			{ObjectMeta: func() metav1.ObjectMeta {
 				m := objMeta("agent-probe-6b7c9d", 3*24*time.Hour)

@@ -120,6 +120,19 @@ func init() {
 		wide("Selector", "string", "The label selector of the pods."),
 	}, as(jobCells))
 
+	register(batchv1.SchemeGroupVersion.WithKind("CronJob"), []column{
+		nameColumn(),
+		col("Schedule", "string", "The schedule in cron format."),
+		col("Timezone", "string", "The time zone of the schedule."),
+		col("Suspend", "boolean", "Whether the cron job is suspended."),
+		col("Active", "integer", "The number of running jobs."),
+		col("Last Schedule", "date", "When the last job was scheduled."),
+		ageColumn(),
+		wide("Containers", "string", "Names of each container in the job template."),
+		wide("Images", "string", "Images of each container in the job template."),
+		wide("Selector", "string", "The label selector of the job template's pods."),
+	}, as(cronJobCells))
+
 	register(appsv1.SchemeGroupVersion.WithKind("ControllerRevision"), []column{
 		nameColumn(),
 		col("Controller", "string", "The object this revision belongs to (kind/name)."),
@@ -340,6 +353,30 @@ func daemonSetCells(ds *appsv1.DaemonSet, now time.Time) []any {
 		orNone(labels.FormatLabels(ds.Spec.Template.Spec.NodeSelector)), age(ds.CreationTimestamp, now),
 		names, images, selector(ds.Spec.Selector),
 	}
+}
+
+func cronJobCells(cj *batchv1.CronJob, now time.Time) []any {
+	names, images := containers(cj.Spec.JobTemplate.Spec.Template.Spec)
+	tz, suspend, last := none, "<unset>", none
+	if cj.Spec.TimeZone != nil {
+		tz = *cj.Spec.TimeZone
+	}
+	if s := cj.Spec.Suspend; s != nil {
+		suspend = "False"
+		if *s {
+			suspend = "True"
+		}
+	}
+	if t := cj.Status.LastScheduleTime; t != nil {
+		last = age(*t, now)
+	}
+	// Usually none: each Job gets its selector when it is created.
+	sel := none
+	if s := cj.Spec.JobTemplate.Spec.Selector; s != nil {
+		sel = selector(s)
+	}
+	return []any{cj.Name, cj.Spec.Schedule, tz, suspend, int64(len(cj.Status.Active)), last, age(cj.CreationTimestamp, now),
+		names, images, sel}
 }
 
 func jobCells(j *batchv1.Job, now time.Time) []any {

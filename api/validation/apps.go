@@ -289,48 +289,58 @@ func validateJob(j, old *batchv1.Job, opts Options) field.ErrorList {
 	if old == nil {
 		errs = objectMeta(&j.ObjectMeta, true, nameIsDNSSubdomain)
 	}
-	s := &j.Spec
-	sp := specPath.Child("selector")
+	var oldSpec *batchv1.JobSpec
+	if old != nil {
+		oldSpec = &old.Spec
+	}
+	return append(errs, validateJobSpec(j.Name, &j.Spec, oldSpec, specPath, opts)...)
+}
+
+// validateJobSpec checks a Job's spec at p, or a CronJob's Job template's;
+// name is the (longest) name of the Job, for its pods' hostnames.
+func validateJobSpec(name string, s, old *batchv1.JobSpec, p *field.Path, opts Options) field.ErrorList {
+	var errs field.ErrorList
+	sp := p.Child("selector")
 	if s.Selector == nil {
 		errs = append(errs, field.Required(sp, "a Job without manualSelector gets one from its UID; with manualSelector, give one"))
 	} else {
 		errs = append(errs, metav1validation.ValidateLabelSelector(s.Selector, metav1validation.LabelSelectorValidationOptions{}, sp)...)
 		if sel, err := metav1.LabelSelectorAsSelector(s.Selector); err == nil && (sel.Empty() || !sel.Matches(labels.Set(s.Template.Labels))) {
-			errs = append(errs, field.Invalid(specPath.Child("template", "metadata", "labels"), s.Template.Labels, "`selector` does not match template `labels`"))
+			errs = append(errs, field.Invalid(p.Child("template", "metadata", "labels"), s.Template.Labels, "`selector` does not match template `labels`"))
 		}
 	}
-	tp := specPath.Child("template")
+	tp := p.Child("template")
 	errs = append(errs, metav1validation.ValidateLabels(s.Template.Labels, tp.Child("metadata", "labels"))...)
 	errs = append(errs, validatePodSpec(&s.Template.Spec, tp.Child("spec"))...)
 	if !oneOf(s.Template.Spec.RestartPolicy, jobRestartPolicies...) {
 		errs = append(errs, field.NotSupported(tp.Child("spec", "restartPolicy"), s.Template.Spec.RestartPolicy, jobRestartPolicies))
 	}
-	var oldSpec *corev1.PodSpec
+	var oldPod *corev1.PodSpec
 	if old != nil {
-		oldSpec = &old.Spec.Template.Spec
+		oldPod = &old.Template.Spec
 	}
-	errs = append(errs, validateImages(&s.Template.Spec, oldSpec, tp.Child("spec"), opts.ImagePolicy())...)
+	errs = append(errs, validateImages(&s.Template.Spec, oldPod, tp.Child("spec"), opts.ImagePolicy())...)
 	for _, c := range []struct {
 		name string
 		v    *int32
 	}{{"parallelism", s.Parallelism}, {"completions", s.Completions}, {"backoffLimit", s.BackoffLimit}, {"ttlSecondsAfterFinished", s.TTLSecondsAfterFinished}} {
 		if c.v != nil {
-			errs = nonNegative(errs, specPath.Child(c.name), int64(*c.v))
+			errs = nonNegative(errs, p.Child(c.name), int64(*c.v))
 		}
 	}
 	if s.ActiveDeadlineSeconds != nil {
-		errs = positive(errs, specPath.Child("activeDeadlineSeconds"), *s.ActiveDeadlineSeconds)
+		errs = positive(errs, p.Child("activeDeadlineSeconds"), *s.ActiveDeadlineSeconds)
 	}
 	if m := s.CompletionMode; m != nil && !oneOf(*m, batchv1.NonIndexedCompletion, batchv1.IndexedCompletion) {
-		errs = append(errs, field.NotSupported(specPath.Child("completionMode"), *m, []batchv1.CompletionMode{batchv1.NonIndexedCompletion, batchv1.IndexedCompletion}))
+		errs = append(errs, field.NotSupported(p.Child("completionMode"), *m, []batchv1.CompletionMode{batchv1.NonIndexedCompletion, batchv1.IndexedCompletion}))
 	}
-	errs = append(errs, validateIndexed(j)...)
-	errs = append(errs, validatePodFailurePolicy(s)...)
+	errs = append(errs, validateIndexed(name, s, p)...)
+	errs = append(errs, validatePodFailurePolicy(s, p)...)
 	if old != nil {
-		errs = immutable(errs, sp, s.Selector, old.Spec.Selector)
-		errs = immutable(errs, specPath.Child("completionMode"), s.CompletionMode, old.Spec.CompletionMode)
-		if !(old.Spec.Suspend != nil && *old.Spec.Suspend) {
-			errs = immutable(errs, tp, s.Template, old.Spec.Template)
+		errs = immutable(errs, sp, s.Selector, old.Selector)
+		errs = immutable(errs, p.Child("completionMode"), s.CompletionMode, old.CompletionMode)
+		if !(old.Suspend != nil && *old.Suspend) {
+			errs = immutable(errs, tp, s.Template, old.Template)
 		}
 	}
 	return errs
@@ -347,49 +357,48 @@ const (
 
 // validateIndexed checks completionMode Indexed and the per-index
 // fields, which only it may use.
-func validateIndexed(j *batchv1.Job) field.ErrorList {
+func validateIndexed(name string, s *batchv1.JobSpec, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	s := &j.Spec
 	indexed := s.CompletionMode != nil && *s.CompletionMode == batchv1.IndexedCompletion
 	if !indexed {
 		if s.BackoffLimitPerIndex != nil {
-			errs = append(errs, field.Invalid(specPath.Child("backoffLimitPerIndex"), *s.BackoffLimitPerIndex, "requires indexed completion mode"))
+			errs = append(errs, field.Invalid(p.Child("backoffLimitPerIndex"), *s.BackoffLimitPerIndex, "requires indexed completion mode"))
 		}
 		if s.MaxFailedIndexes != nil {
-			errs = append(errs, field.Invalid(specPath.Child("maxFailedIndexes"), *s.MaxFailedIndexes, "requires indexed completion mode"))
+			errs = append(errs, field.Invalid(p.Child("maxFailedIndexes"), *s.MaxFailedIndexes, "requires indexed completion mode"))
 		}
 		return errs
 	}
 	if s.SuccessPolicy != nil {
-		errs = append(errs, field.Forbidden(specPath.Child("successPolicy"), "not run by this hub: an Indexed Job succeeds when every index has"))
+		errs = append(errs, field.Forbidden(p.Child("successPolicy"), "not run by this hub: an Indexed Job succeeds when every index has"))
 	}
 	if s.Completions == nil {
-		errs = append(errs, field.Required(specPath.Child("completions"), "when completion mode is Indexed"))
+		errs = append(errs, field.Required(p.Child("completions"), "when completion mode is Indexed"))
 	}
 	if s.Parallelism != nil && *s.Parallelism > maxParallelismForIndexedJob {
-		errs = append(errs, field.Invalid(specPath.Child("parallelism"), *s.Parallelism, fmt.Sprintf("must be less than or equal to %d when completion mode is Indexed", maxParallelismForIndexedJob)))
+		errs = append(errs, field.Invalid(p.Child("parallelism"), *s.Parallelism, fmt.Sprintf("must be less than or equal to %d when completion mode is Indexed", maxParallelismForIndexedJob)))
 	}
 	if s.Completions != nil && *s.Completions > 0 {
 		// Each pod's hostname is <job>-<index>, one DNS label.
-		if host := fmt.Sprintf("%s-%d", j.Name, *s.Completions-1); len(host) > 63 {
-			errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), j.Name, fmt.Sprintf("too long for an Indexed Job of %d completions: its pods' hostnames (%s) would exceed 63 characters; use a shorter name", *s.Completions, host)))
+		if host := fmt.Sprintf("%s-%d", name, *s.Completions-1); len(host) > 63 {
+			errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), name, fmt.Sprintf("too long for an Indexed Job of %d completions: its pods' hostnames (%s) would exceed 63 characters; use a shorter name", *s.Completions, host)))
 		}
 	}
 	if s.BackoffLimitPerIndex != nil {
-		errs = nonNegative(errs, specPath.Child("backoffLimitPerIndex"), int64(*s.BackoffLimitPerIndex))
+		errs = nonNegative(errs, p.Child("backoffLimitPerIndex"), int64(*s.BackoffLimitPerIndex))
 		if s.Completions != nil && *s.Completions > maxCompletionsWithBackoffLimitPerIndex {
-			errs = append(errs, field.Invalid(specPath.Child("completions"), *s.Completions, fmt.Sprintf("must be less than or equal to %d when backoffLimitPerIndex is specified", maxCompletionsWithBackoffLimitPerIndex)))
+			errs = append(errs, field.Invalid(p.Child("completions"), *s.Completions, fmt.Sprintf("must be less than or equal to %d when backoffLimitPerIndex is specified", maxCompletionsWithBackoffLimitPerIndex)))
 		}
 	}
 	if m := s.MaxFailedIndexes; m != nil {
-		errs = nonNegative(errs, specPath.Child("maxFailedIndexes"), int64(*m))
+		errs = nonNegative(errs, p.Child("maxFailedIndexes"), int64(*m))
 		switch {
 		case s.BackoffLimitPerIndex == nil:
-			errs = append(errs, field.Required(specPath.Child("backoffLimitPerIndex"), "when maxFailedIndexes is specified"))
+			errs = append(errs, field.Required(p.Child("backoffLimitPerIndex"), "when maxFailedIndexes is specified"))
 		case *m > maxFailedIndexesLimit:
-			errs = append(errs, field.Invalid(specPath.Child("maxFailedIndexes"), *m, fmt.Sprintf("must be less than or equal to %d", maxFailedIndexesLimit)))
+			errs = append(errs, field.Invalid(p.Child("maxFailedIndexes"), *m, fmt.Sprintf("must be less than or equal to %d", maxFailedIndexesLimit)))
 		case s.Completions != nil && *m > *s.Completions:
-			errs = append(errs, field.Invalid(specPath.Child("maxFailedIndexes"), *m, "must be less than or equal to completions"))
+			errs = append(errs, field.Invalid(p.Child("maxFailedIndexes"), *m, "must be less than or equal to completions"))
 		}
 	}
 	return errs
@@ -403,9 +412,9 @@ var podFailurePolicyActions = []batchv1.PodFailurePolicyAction{
 // validatePodFailurePolicy checks the rules' actions and requirements:
 // FailIndex needs backoffLimitPerIndex, as in Kubernetes, and a rule says
 // exit codes or pod conditions, not both.
-func validatePodFailurePolicy(s *batchv1.JobSpec) field.ErrorList {
+func validatePodFailurePolicy(s *batchv1.JobSpec, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	rpPath := specPath.Child("template", "spec", "restartPolicy")
+	rpPath := p.Child("template", "spec", "restartPolicy")
 	if s.BackoffLimitPerIndex != nil && s.Template.Spec.RestartPolicy != corev1.RestartPolicyNever {
 		errs = append(errs, field.NotSupported(rpPath, s.Template.Spec.RestartPolicy, []corev1.RestartPolicy{corev1.RestartPolicyNever}))
 	}
@@ -415,9 +424,9 @@ func validatePodFailurePolicy(s *batchv1.JobSpec) field.ErrorList {
 	if s.BackoffLimitPerIndex == nil && s.Template.Spec.RestartPolicy != corev1.RestartPolicyNever {
 		errs = append(errs, field.Invalid(rpPath, s.Template.Spec.RestartPolicy, "only `Never` is supported when podFailurePolicy is specified"))
 	}
-	rp := specPath.Child("podFailurePolicy", "rules")
+	rules := p.Child("podFailurePolicy", "rules")
 	for i, r := range s.PodFailurePolicy.Rules {
-		p := rp.Index(i)
+		p := rules.Index(i)
 		switch {
 		case !oneOf(r.Action, podFailurePolicyActions...):
 			errs = append(errs, field.NotSupported(p.Child("action"), r.Action, podFailurePolicyActions))

@@ -210,6 +210,8 @@ func podTemplate(obj runtime.Object) (*metav1.ObjectMeta, *corev1.PodSpec) {
 		return &o.Spec.Template.ObjectMeta, &o.Spec.Template.Spec
 	case *batchv1.Job:
 		return &o.Spec.Template.ObjectMeta, &o.Spec.Template.Spec
+	case *batchv1.CronJob:
+		return &o.Spec.JobTemplate.Spec.Template.ObjectMeta, &o.Spec.JobTemplate.Spec.Template.Spec
 	}
 	return nil, nil
 }

@@ -95,6 +95,8 @@ func ValidateCreate(obj runtime.Object, opts Options) field.ErrorList {
 		return validateControllerRevision(o, nil)
 	case *batchv1.Job:
 		return validateJob(o, nil, opts)
+	case *batchv1.CronJob:
+		return validateCronJob(o, nil, opts)
 	case *coordinationv1.Lease:
 		return validateLease(o)
 	case *discoveryv1.EndpointSlice:
@@ -145,6 +147,8 @@ func ValidateUpdate(obj, old runtime.Object, opts Options) field.ErrorList {
 		return append(errs, validateControllerRevision(o, old.(*appsv1.ControllerRevision))...)
 	case *batchv1.Job:
 		return append(errs, validateJob(o, old.(*batchv1.Job), opts)...)
+	case *batchv1.CronJob:
+		return append(errs, validateCronJob(o, old.(*batchv1.CronJob), opts)...)
 	case *coordinationv1.Lease:
 		return append(errs, validateLeaseSpec(o)...)
 	case *discoveryv1.EndpointSlice:
@@ -184,6 +188,8 @@ func ValidateStatusUpdate(obj, old runtime.Object) field.ErrorList {
 		return append(errs, validateDaemonSetStatus(&o.Status)...)
 	case *batchv1.Job:
 		return append(errs, validateJobStatus(&o.Status)...)
+	case *batchv1.CronJob:
+		return errs
 	case *v1alpha1.GitSource:
 		return append(errs, validateGitSourceStatus(&o.Status)...)
 	case *v1alpha1.RolloutPolicy:

@@ -102,6 +102,36 @@ func Describe(obj runtime.Object, facts *diagnose.Facts, style term.Style) (stri
 			}
 		}
 		describeTemplate(w, &o.Spec.Template)
+	case *batchv1.CronJob:
+		kind, m = "CronJob", &o.ObjectMeta
+		w.meta(m)
+		w.line(0, "Schedule:\t%s", o.Spec.Schedule)
+		if o.Spec.TimeZone != nil {
+			w.line(0, "Time Zone:\t%s", *o.Spec.TimeZone)
+		}
+		w.line(0, "Concurrency Policy:\t%s", o.Spec.ConcurrencyPolicy)
+		w.line(0, "Suspend:\t%t", ptrOr(o.Spec.Suspend, false))
+		w.line(0, "Successful Job History Limit:\t%d", ptrOr(o.Spec.SuccessfulJobsHistoryLimit, 3))
+		w.line(0, "Failed Job History Limit:\t%d", ptrOr(o.Spec.FailedJobsHistoryLimit, 1))
+		if d := o.Spec.StartingDeadlineSeconds; d != nil {
+			w.line(0, "Starting Deadline Seconds:\t%ds", *d)
+		} else {
+			w.line(0, "Starting Deadline Seconds:\t<unset>")
+		}
+		describeTemplate(w, &o.Spec.JobTemplate.Spec.Template)
+		last := "<unset>"
+		if t := o.Status.LastScheduleTime; t != nil {
+			last = t.UTC().Format(time.RFC1123Z)
+		}
+		w.line(0, "Last Schedule Time:\t%s", last)
+		if t := o.Status.LastSuccessfulTime; t != nil {
+			w.line(0, "Last Successful Time:\t%s", t.UTC().Format(time.RFC1123Z))
+		}
+		var active []string
+		for _, r := range o.Status.Active {
+			active = append(active, r.Name)
+		}
+		w.line(0, "Active Jobs:\t%s", orNone(strings.Join(active, ", ")))
 	case *appsv1.ControllerRevision:
 		kind, m = "ControllerRevision", &o.ObjectMeta
 		w.meta(m)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -97,5 +98,29 @@ func TestDeploymentShowsConditionsEventsAndDiagnosis(t *testing.T) {
 	}
 	if strings.Contains(out, "last-applied-configuration") {
 		t.Errorf("shows the last-applied copy:\n%s", out)
+	}
+}
+
+func TestCronJobAndIndexedJobDescribe(t *testing.T) {
+	tz, indexed := "Europe/Berlin", batchv1.IndexedCompletion
+	last := metav1.NewTime(now.Add(-time.Hour))
+	cj := &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "shop"},
+		Spec: batchv1.CronJobSpec{Schedule: "0 2 * * *", TimeZone: &tz, ConcurrencyPolicy: batchv1.ForbidConcurrent},
+		Status: batchv1.CronJobStatus{LastScheduleTime: &last, Active: []corev1.ObjectReference{{Kind: "Job", Name: "nightly-29410440"}}}}
+	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "shard", Namespace: "shop"},
+		Spec: batchv1.JobSpec{CompletionMode: &indexed}, Status: batchv1.JobStatus{CompletedIndexes: "0,2-4"}}
+	for obj, wants := range map[runtime.Object][]string{
+		cj: {"Schedule:", "0 2 * * *", "Time Zone:", "Europe/Berlin", "Concurrency Policy:", "Forbid", "Last Schedule Time:", "Active Jobs:", "nightly-29410440"},
+		j:  {"Completion Mode:", "Indexed", "Completed Indexes:", "0,2-4"},
+	} {
+		out, err := Describe(obj, &diagnose.Facts{Now: now}, term.Style{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range wants {
+			if !strings.Contains(out, want) {
+				t.Errorf("lacks %q:\n%s", want, out)
+			}
+		}
 	}
 }
