@@ -664,3 +664,50 @@ func TestJobsOnDevices(t *testing.T) {
 		t.Errorf("kubectl get jobs (%v):\n%s", err, out)
 	}
 }
+
+// TestCronJobFiresAtTheMinute: a stock `kubectl create cronjob` with a
+// `* * * * *` schedule gets its Job at the next minute boundary, named
+// and annotated for that minute, which runs to completion on a device;
+// `kubectl create job --from=cronjob/` starts one by hand.
+func TestCronJobFiresAtTheMinute(t *testing.T) {
+	exits := func(p *corev1.Pod) (int32, bool) { return 0, p.Labels["batch.kubernetes.io/job-name"] != "" }
+	h, _ := startHub(t, []simdevice.Config{{Name: "shop-a", Exits: exits}})
+	c := h.Client
+	ctx := context.Background()
+	kubectl := testbin.Kubectl(t)
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(kubectl, append([]string{"--kubeconfig", h.KubeconfigPath(), "-n", "default"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	run("create", "cronjob", "tick", "--image", image("tick"), "--schedule", "* * * * *")
+	created := time.Now()
+	run("create", "job", "tick-by-hand", "--from=cronjob/tick")
+	hand, err := c.BatchV1().Jobs("default").Get(ctx, "tick-by-hand", metav1.GetOptions{})
+	if err != nil || hand.Annotations["cronjob.kubernetes.io/instantiate"] != "manual" || metav1.GetControllerOf(hand) == nil {
+		t.Fatalf("kubectl create job --from=cronjob/tick: %v, %+v", err, hand.ObjectMeta)
+	}
+	boundary := created.Truncate(time.Minute).Add(time.Minute)
+	name := fmt.Sprintf("tick-%d", boundary.Unix()/60)
+	waitFor(t, "the job of "+boundary.Format(time.TimeOnly), time.Until(boundary)+30*time.Second, func(ctx context.Context) (bool, error) {
+		_, err := c.BatchV1().Jobs("default").Get(ctx, name, metav1.GetOptions{})
+		return err == nil, nil
+	})
+	j, _ := c.BatchV1().Jobs("default").Get(ctx, name, metav1.GetOptions{})
+	if at, err := time.Parse(time.RFC3339, j.Annotations[batchv1.CronJobScheduledTimestampAnnotation]); err != nil || !at.Equal(boundary) {
+		t.Errorf("scheduled timestamp %q, want %s", j.Annotations[batchv1.CronJobScheduledTimestampAnnotation], boundary)
+	}
+	if j.CreationTimestamp.Time.Before(boundary.Truncate(time.Second)) {
+		t.Errorf("job created at %s, before its minute %s", j.CreationTimestamp, boundary)
+	}
+	waitFor(t, "the scheduled job to complete and the CronJob to see it", 60*time.Second, func(ctx context.Context) (bool, error) {
+		cj, err := c.BatchV1().CronJobs("default").Get(ctx, "tick", metav1.GetOptions{})
+		return err == nil && cj.Status.LastSuccessfulTime != nil && len(cj.Status.Active) == 0, err
+	})
+	if out := run("get", "cronjobs"); !strings.Contains(out, "tick") || !strings.Contains(out, "* * * * *") || !strings.Contains(out, "LAST SCHEDULE") {
+		t.Errorf("kubectl get cronjobs:\n%s", out)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"flotilla.dev/flotilla/hub/controllers/controllerutil"
+	"flotilla.dev/flotilla/hub/controllers/cronjob"
 	"flotilla.dev/flotilla/hub/controllers/daemonset"
 	"flotilla.dev/flotilla/hub/controllers/deployment"
 	"flotilla.dev/flotilla/hub/controllers/endpointslice"
@@ -35,6 +36,7 @@ const (
 	ReplicaSet       = replicaset.Name
 	DaemonSet        = daemonset.Name
 	Job              = job.Name
+	CronJob          = cronjob.Name
 	EndpointSlice    = endpointslice.Name
 	GarbageCollector = garbagecollector.Name
 	Rollout          = rollout.Name
@@ -49,8 +51,8 @@ const LeaseName = "flotilla-controller-manager"
 // Kubernetes' worker counts and no leader election.
 type Options struct {
 	// Workers per loop by name; missing loops take Kubernetes' defaults
-	// (deployment 5, replicaset 5, daemonset 2, job 5, endpointslice 5,
-	// garbagecollector 20; rollout 2).
+	// (deployment 5, replicaset 5, daemonset 2, job 5, cronjob 5,
+	// endpointslice 5, garbagecollector 20; rollout 2).
 	Workers map[string]int
 	// Disable lists loops not to run (by the names above).
 	Disable []string
@@ -71,7 +73,7 @@ type Options struct {
 }
 
 var defaultWorkers = map[string]int{
-	Deployment: 5, ReplicaSet: 5, DaemonSet: 2, Job: 5, EndpointSlice: 5, GarbageCollector: 20, Rollout: 2,
+	Deployment: 5, ReplicaSet: 5, DaemonSet: 2, Job: 5, CronJob: 5, EndpointSlice: 5, GarbageCollector: 20, Rollout: 2,
 }
 
 // Run runs every enabled loop against the API at cfg until ctx ends.
@@ -223,6 +225,10 @@ var loopSpecs = []loopSpec{
 	}},
 	{Job, "job-controller", func(env loopEnv) (func(context.Context) error, error) {
 		c, err := job.New(env.client, env.factory, env.recorder, job.Options{Logger: env.opts.Logger})
+		return withWorkers(c, err, env.workers)
+	}},
+	{CronJob, "cronjob-controller", func(env loopEnv) (func(context.Context) error, error) {
+		c, err := cronjob.New(env.client, env.factory, env.recorder, cronjob.Options{Logger: env.opts.Logger})
 		return withWorkers(c, err, env.workers)
 	}},
 	{EndpointSlice, "endpointslice-controller", func(env loopEnv) (func(context.Context) error, error) {

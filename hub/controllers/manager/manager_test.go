@@ -18,7 +18,7 @@ func TestLoopTableHasEveryLoopOnce(t *testing.T) {
 	for _, s := range loopSpecs {
 		names = append(names, s.name)
 	}
-	want := []string{ReplicaSet, Deployment, DaemonSet, Rollout, Job, EndpointSlice, GarbageCollector, NodeLifecycle, Scheduler}
+	want := []string{ReplicaSet, Deployment, DaemonSet, Rollout, Job, CronJob, EndpointSlice, GarbageCollector, NodeLifecycle, Scheduler}
 	if !slices.Equal(names, want) {
 		t.Fatalf("loops %q, want %q", names, want)
 	}
@@ -36,7 +36,7 @@ func TestDisabledLoopsDoNotRun(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- RunWithClients(context.Background(), client, meta, dyn, Options{Disable: []string{
-			ReplicaSet, Deployment, DaemonSet, Rollout, Job, EndpointSlice, GarbageCollector, NodeLifecycle, Scheduler,
+			ReplicaSet, Deployment, DaemonSet, Rollout, Job, CronJob, EndpointSlice, GarbageCollector, NodeLifecycle, Scheduler,
 		}})
 	}()
 	select {
@@ -51,7 +51,7 @@ func TestDisabledLoopsDoNotRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		done <- RunWithClients(ctx, client, meta, dyn, Options{Disable: []string{
-			ReplicaSet, DaemonSet, Rollout, Job, EndpointSlice, GarbageCollector, NodeLifecycle, Scheduler,
+			ReplicaSet, DaemonSet, Rollout, Job, CronJob, EndpointSlice, GarbageCollector, NodeLifecycle, Scheduler,
 		}})
 	}()
 	select {
