@@ -105,7 +105,7 @@ func TestCronJobAndIndexedJobDescribe(t *testing.T) {
 	tz, indexed := "Europe/Berlin", batchv1.IndexedCompletion
 	last := metav1.NewTime(now.Add(-time.Hour))
 	cj := &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "shop"},
-		Spec: batchv1.CronJobSpec{Schedule: "0 2 * * *", TimeZone: &tz, ConcurrencyPolicy: batchv1.ForbidConcurrent},
+		Spec:   batchv1.CronJobSpec{Schedule: "0 2 * * *", TimeZone: &tz, ConcurrencyPolicy: batchv1.ForbidConcurrent},
 		Status: batchv1.CronJobStatus{LastScheduleTime: &last, Active: []corev1.ObjectReference{{Kind: "Job", Name: "nightly-29410440"}}}}
 	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "shard", Namespace: "shop"},
 		Spec: batchv1.JobSpec{CompletionMode: &indexed}, Status: batchv1.JobStatus{CompletedIndexes: "0,2-4"}}
