@@ -711,3 +711,33 @@ func TestCronJobFiresAtTheMinute(t *testing.T) {
 		t.Errorf("kubectl get cronjobs:\n%s", out)
 	}
 }
+
+// TestIndexedJobOnDevices: an Indexed Job's pods pass the hub's pod
+// validation (hostname, the index variable from the annotation) and the
+// Job completes with every index.
+func TestIndexedJobOnDevices(t *testing.T) {
+	exits := func(p *corev1.Pod) (int32, bool) { return 0, p.Labels[batchv1.JobCompletionIndexAnnotation] != "" }
+	h, _ := startHub(t, []simdevice.Config{{Name: "shop-a", Exits: exits}, {Name: "shop-b", Exits: exits}})
+	c := h.Client
+	ctx := context.Background()
+	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "shards", Namespace: "default"},
+		Spec: batchv1.JobSpec{Completions: ptr.To(int32(4)), Parallelism: ptr.To(int32(2)), CompletionMode: ptr.To(batchv1.IndexedCompletion),
+			BackoffLimitPerIndex: ptr.To(int32(1)), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+				Subdomain: "shards", Containers: []corev1.Container{{Name: "shard", Image: image("shard")}}}}}}
+	if _, err := c.BatchV1().Jobs("default").Create(ctx, j, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every index to complete", 60*time.Second, func(ctx context.Context) (bool, error) {
+		j, err := c.BatchV1().Jobs("default").Get(ctx, "shards", metav1.GetOptions{})
+		return err == nil && j.Status.CompletedIndexes == "0-3" && j.Status.CompletionTime != nil, err
+	})
+	pods, err := c.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=shards"})
+	if err != nil || len(pods.Items) != 4 {
+		t.Fatalf("pods: %v, %v", pods, err)
+	}
+	for _, p := range pods.Items {
+		if idx := p.Annotations[batchv1.JobCompletionIndexAnnotation]; p.Spec.Hostname != "shards-"+idx || p.Spec.Subdomain != "shards" {
+			t.Errorf("pod %s: index %q, hostname %q, subdomain %q", p.Name, idx, p.Spec.Hostname, p.Spec.Subdomain)
+		}
+	}
+}
