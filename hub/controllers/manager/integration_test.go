@@ -684,7 +684,12 @@ func TestCronJobFiresAtTheMinute(t *testing.T) {
 		return string(out)
 	}
 	run("create", "cronjob", "tick", "--image", image("tick"), "--schedule", "* * * * *")
-	created := time.Now()
+	cj, err := c.BatchV1().CronJobs("default").Get(ctx, "tick", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first run is the minute after the creation the hub recorded.
+	created := cj.CreationTimestamp.Time
 	run("create", "job", "tick-by-hand", "--from=cronjob/tick")
 	hand, err := c.BatchV1().Jobs("default").Get(ctx, "tick-by-hand", metav1.GetOptions{})
 	if err != nil || hand.Annotations["cronjob.kubernetes.io/instantiate"] != "manual" || metav1.GetControllerOf(hand) == nil {
