@@ -13,9 +13,12 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"flotilla.dev/flotilla/agent/runtime"
 	"flotilla.dev/flotilla/hub"
@@ -367,4 +370,132 @@ func TestPodDeletedWhileAway(t *testing.T) {
 		_, present := d.pods()["default/gone"]
 		return !present
 	})
+}
+
+// jobsOnly runs the hub's Job loop and nothing that would move or evict
+// the test's pods.
+func jobsOnly() hubtest.Options {
+	return hubtest.Options{Loops: []hub.Loop{{Name: "controllers", Run: func(ctx context.Context, cfg *rest.Config) error {
+		return manager.Run(ctx, cfg, manager.Options{Disable: []string{
+			manager.Deployment, manager.ReplicaSet, manager.DaemonSet, manager.CronJob, manager.EndpointSlice,
+			manager.GarbageCollector, manager.NodeLifecycle, manager.Scheduler,
+		}})
+	}}}}
+}
+
+// TestJobFinishesWhileHubAway: the pods of two Jobs (restartPolicy
+// Never) end while the hub is away, one with exit code 0 and one with 1.
+// When the hub is back the agent reports Succeeded and Failed, and the
+// Job loop completes the first Job and counts the second's failure.
+func TestJobFinishesWhileHubAway(t *testing.T) {
+	d := newTestDevice(t, jobsOnly())
+	d.start()
+	bg := context.Background()
+	c := d.hub.Client
+	d.assignPodCIDR("10.88.31.0/24")
+	newJob := func(name, exit string) *batchv1.Job {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+			Spec: batchv1.JobSpec{BackoffLimit: ptr.To(int32(0)), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				NodeName: d.name, HostNetwork: true, RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{Name: "work", Image: d.img, Args: []string{"sleep", "20s", exit}}},
+			}}}}
+	}
+	for _, j := range []*batchv1.Job{newJob("export", "0"), newJob("broken", "1")} {
+		if _, err := c.BatchV1().Jobs("default").Create(bg, j, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	podOf := func(job string) (*corev1.Pod, error) {
+		l, err := d.hub.Client.CoreV1().Pods("default").List(bg, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + job})
+		if err != nil || len(l.Items) != 1 {
+			return nil, fmt.Errorf("pods of %s: %d, %v", job, len(l.Items), err)
+		}
+		return &l.Items[0], nil
+	}
+	running := func() bool {
+		for _, j := range []string{"export", "broken"} {
+			if p, err := podOf(j); err != nil || p.Status.Phase != corev1.PodRunning {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, "both Jobs' pods running", 120*time.Second, running)
+	exportPod, _ := podOf("export")
+	brokenPod, _ := podOf("broken")
+
+	// The hub goes away while the pods run; they end without it.
+	d.hub.Stop()
+	client, _ := testimage.Containerd(t)
+	ctx := namespaces.WithNamespace(bg, d.ns)
+	// A container has exited once its task is stopped, or gone (the
+	// kubelet deletes a finished task once it has its exit status).
+	taskState := func(p *corev1.Pod) string {
+		ctr, err := client.LoadContainer(ctx, runtime.ContainerID(string(p.UID), "work", 0))
+		if err != nil {
+			return "container: " + err.Error()
+		}
+		task, err := ctr.Task(ctx, nil)
+		if errdefs.IsNotFound(err) {
+			return "stopped"
+		}
+		if err != nil {
+			return "task: " + err.Error()
+		}
+		st, err := task.Status(ctx)
+		if err != nil {
+			return "status: " + err.Error()
+		}
+		return string(st.Status)
+	}
+	waitFor(t, "both containers to exit while the hub is away", 60*time.Second,
+		func() bool { return taskState(exportPod) == "stopped" && taskState(brokenPod) == "stopped" },
+		func() string {
+			return fmt.Sprintf("export: %s, broken: %s", taskState(exportPod), taskState(brokenPod))
+		})
+
+	// The hub comes back: the results reach it, and the Jobs end.
+	d.hub = d.hub.Restart()
+	c = d.hub.Client
+	jobDone := func(name string, typ batchv1.JobConditionType) func() bool {
+		return func() bool {
+			j, err := c.BatchV1().Jobs("default").Get(bg, name, metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			for _, cond := range j.Status.Conditions {
+				if cond.Type == typ && cond.Status == corev1.ConditionTrue {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	status := func() string {
+		var out []string
+		for _, name := range []string{"export", "broken"} {
+			j, _ := c.BatchV1().Jobs("default").Get(bg, name, metav1.GetOptions{})
+			p, _ := podOf(name)
+			if j != nil && p != nil {
+				out = append(out, fmt.Sprintf("%s: job %+v, pod %s", name, j.Status, p.Status.Phase))
+			}
+		}
+		return strings.Join(out, "\n")
+	}
+	waitFor(t, "the export Job to complete", 120*time.Second, jobDone("export", batchv1.JobComplete), status)
+	waitFor(t, "the broken Job to fail", 60*time.Second, jobDone("broken", batchv1.JobFailed), status)
+	for name, want := range map[string]corev1.PodPhase{"export": corev1.PodSucceeded, "broken": corev1.PodFailed} {
+		p, err := podOf(name)
+		if err != nil || p.Status.Phase != want {
+			t.Errorf("%s's pod: %v, %v; want %s", name, p, err, want)
+		}
+	}
+	j, _ := c.BatchV1().Jobs("default").Get(bg, "broken", metav1.GetOptions{})
+	if j.Status.Failed != 1 || j.Status.Succeeded != 0 {
+		t.Errorf("broken job status %+v, want one failure counted", j.Status)
+	}
+	j, _ = c.BatchV1().Jobs("default").Get(bg, "export", metav1.GetOptions{})
+	if j.Status.Succeeded != 1 || j.Status.Failed != 0 {
+		t.Errorf("export job status %+v, want one success", j.Status)
+	}
 }

@@ -338,15 +338,23 @@ func helper(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, strings.Join(args[1:], " "))
 		return 0
 	case "sleep":
+		// sleep DURATION [EXIT]: a Job's pod that ends with EXIT after a
+		// while.
 		if !need(1) {
-			return fail("usage: sleep DURATION")
+			return fail("usage: sleep DURATION [EXIT]")
 		}
 		d, err := time.ParseDuration(args[1])
 		if err != nil {
 			return fail("%v", err)
 		}
+		code := 0
+		if need(2) {
+			if code, err = strconv.Atoi(args[2]); err != nil {
+				return fail("%v", err)
+			}
+		}
 		time.Sleep(d)
-		return 0
+		return code
 	case "get":
 		if !need(1) {
 			return fail("usage: get URL")

@@ -215,6 +215,7 @@ func TestHelpers(t *testing.T) {
 		{[]string{"cat", f}, 0, "prestop\nagain\n"},
 		{[]string{"cat", filepath.Join(dir, "missing")}, 1, ""},
 		{[]string{"sleep", "1ms"}, 0, ""},
+		{[]string{"sleep", "1ms", "3"}, 3, ""},
 		{[]string{"nope"}, 1, ""},
 		{[]string{"exit"}, 1, ""},
 	}
