@@ -1,4 +1,4 @@
-package hubclient
+package hubclient_test
 
 import (
 	"context"
@@ -10,8 +10,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"flotilla.dev/flotilla/agent/hubclient"
+	"flotilla.dev/flotilla/agent/hubclient/fromclientset"
 )
 
 func TestInformersShareOnePerKind(t *testing.T) {
@@ -20,7 +22,7 @@ func TestInformersShareOnePerKind(t *testing.T) {
 		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "shop"}},
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "dev1"}},
 	)
-	f := NewInformers(client)
+	f := hubclient.NewInformers(fromclientset.New(client))
 	if f.Services().Informer != f.Services().Informer {
 		t.Error("two Services informers")
 	}
@@ -49,28 +51,12 @@ func TestInformersShareOnePerKind(t *testing.T) {
 }
 
 func TestInformerForKeepsTheFirst(t *testing.T) {
-	f := NewInformers(fake.NewClientset())
+	f := hubclient.NewInformers(fromclientset.New(fake.NewClientset()))
 	mine := cache.NewSharedIndexInformer(&cache.ListWatch{}, &corev1.Node{}, 0, cache.Indexers{})
 	if got := f.InformerFor(&corev1.Node{}, func() cache.SharedIndexInformer { return mine }); got != mine {
 		t.Fatal("InformerFor did not register the new informer")
 	}
 	if f.Nodes().Informer != mine {
 		t.Error("Nodes() replaced the informer registered before it")
-	}
-}
-
-func TestNewForConfig(t *testing.T) {
-	if _, err := NewForConfig(&rest.Config{Host: "https://hub.example:6443", QPS: 5}); err == nil {
-		t.Error("a QPS without a Burst was accepted")
-	}
-	c, err := NewForConfig(&rest.Config{Host: "https://hub.example:6443", QPS: 50, Burst: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// One limiter for all groups: the agent's QPS is a budget for the
-	// device, not for each group.
-	core := c.CoreV1().RESTClient().GetRateLimiter()
-	if core == nil || core != c.DiscoveryV1().RESTClient().GetRateLimiter() || core != c.CoordinationV1().RESTClient().GetRateLimiter() {
-		t.Error("the groups do not share one rate limiter")
 	}
 }

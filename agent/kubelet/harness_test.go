@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"flotilla.dev/flotilla/agent/cni"
+	"flotilla.dev/flotilla/agent/hubclient"
 	"flotilla.dev/flotilla/agent/runtime"
 	"flotilla.dev/flotilla/agent/runtime/logdriver"
 	"flotilla.dev/flotilla/agent/runtime/podns"
@@ -123,10 +124,15 @@ func newAgent(t testing.TB) *agent {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The agent's own client: its kinds, in protobuf, and its Events.
+	hc, err := hubclient.NewForConfig(hub.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
 	b := make([]byte, 3)
 	rand.Read(b)
 	a.cfg = Config{
-		NodeName: "dev-" + hex.EncodeToString(b), Client: hub.Client, Runtime: a.rt, Network: network, Puller: puller,
+		NodeName: "dev-" + hex.EncodeToString(b), Client: hc, Runtime: a.rt, Network: network, Puller: puller,
 		HostIPs: []string{"192.0.2.10"}, ClusterDNS: []string{"10.43.0.10"}, NetNSPath: a.hostNS,
 		RootDir: filepath.Join(a.dir, "pods"), Log: testLog(),
 		CrashLoopBackoff:     Backoff{Initial: time.Second, Max: 4 * time.Second, Reset: time.Minute},

@@ -18,10 +18,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"flotilla.dev/flotilla/agent/hubclient"
 	"flotilla.dev/flotilla/agent/kubelet/probes"
 	"flotilla.dev/flotilla/agent/kubelet/status"
 	"flotilla.dev/flotilla/agent/kubelet/volumes"
@@ -161,7 +161,7 @@ func (k *Kubelet) Run(ctx context.Context) error {
 		k.recorder = logRecorder{k.log}
 	default:
 		b := record.NewBroadcaster(record.WithContext(ctx))
-		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: k.cfg.Client.CoreV1().Events("")})
+		b.StartRecordingToSink(&hubclient.EventSink{Client: k.cfg.Client})
 		k.recorder = b.NewRecorder(api.Scheme, corev1.EventSource{Component: "kubelet", Host: k.cfg.NodeName})
 		defer b.Shutdown()
 	}

@@ -35,6 +35,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"flotilla.dev/flotilla/agent/cni"
+	"flotilla.dev/flotilla/agent/hubclient/fromclientset"
 	"flotilla.dev/flotilla/agent/kubelet"
 	"flotilla.dev/flotilla/agent/kubelet/kubelettest"
 	"flotilla.dev/flotilla/agent/runtime"
@@ -93,7 +94,7 @@ func newSMHarness(t *testing.T, pods ...*corev1.Pod) *smHarness {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	h.cfg = kubelet.Config{
-		NodeName: smNode, Client: h.client, Runtime: h.rt, Network: h.net, Puller: h.images,
+		NodeName: smNode, Client: fromclientset.New(h.client), Runtime: h.rt, Network: h.net, Puller: h.images,
 		RootDir: t.TempDir(), Log: log,
 		Allocatable:          corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("4Gi")},
 		CrashLoopBackoff:     kubelet.Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Reset: time.Minute},

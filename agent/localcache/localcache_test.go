@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"flotilla.dev/flotilla/agent/hubclient"
+	"flotilla.dev/flotilla/agent/hubclient/fromclientset"
 	"flotilla.dev/flotilla/agent/localstore"
 )
 
@@ -33,8 +34,8 @@ func service(name string) *corev1.Service {
 // them to sync.
 func start(t *testing.T, client *fake.Clientset, store *localstore.Store) *hubclient.Informers {
 	t.Helper()
-	f := hubclient.NewInformers(client)
-	if err := Install(f, client, store, quiet); err != nil {
+	f := hubclient.NewInformers(fromclientset.New(client))
+	if err := Install(f, fromclientset.New(client), store, quiet); err != nil {
 		t.Fatal(err)
 	}
 	svcs := f.Services().Informer
@@ -106,8 +107,8 @@ func TestFirstStartWithoutHubWaits(t *testing.T) {
 	away.PrependReactor("list", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("connection refused")
 	})
-	f := hubclient.NewInformers(away)
-	if err := Install(f, away, store, quiet); err != nil {
+	f := hubclient.NewInformers(fromclientset.New(away))
+	if err := Install(f, fromclientset.New(away), store, quiet); err != nil {
 		t.Fatal(err)
 	}
 	inf := f.EndpointSlices().Informer

@@ -1,6 +1,7 @@
 package localcache
 
 import (
+	"flotilla.dev/flotilla/agent/hubclient/fromclientset"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -69,13 +70,13 @@ func join(ss []string) string {
 // scoped starts a factory whose EndpointSlices are those of site shop-a.
 func scoped(t *testing.T, client *fake.Clientset, store *localstore.Store) *hubclient.Informers {
 	t.Helper()
-	f := hubclient.NewInformers(client)
+	f := hubclient.NewInformers(fromclientset.New(client))
 	sel, err := api.SiteSelector("shop-a")
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.Scope(&discoveryv1.EndpointSlice{}, sel.String())
-	if err := Install(f, client, store, quiet); err != nil {
+	if err := Install(f, fromclientset.New(client), store, quiet); err != nil {
 		t.Fatal(err)
 	}
 	_ = f.EndpointSlices()

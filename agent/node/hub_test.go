@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"flotilla.dev/flotilla/agent/hubclient"
 	"flotilla.dev/flotilla/agent/node"
 	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/hub/hubtest"
@@ -107,7 +108,11 @@ func TestAgainstHub(t *testing.T) {
 	px := newProxy(t, h.Addr().String())
 	cfg := rest.CopyConfig(h.Config)
 	cfg.Host = "https://" + px.ln.Addr().String()
-	client := kubernetes.NewForConfigOrDie(cfg)
+	// The agent's own client, as the agent reaches the hub.
+	client, err := hubclient.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	n, err := node.New(node.Config{
 		Client: client, Name: "edge-1", Labels: map[string]string{"site": "lab"}, NodeIP: "127.0.0.1",

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"flotilla.dev/flotilla/agent/hubclient/fromclientset"
 	"flotilla.dev/flotilla/api"
 )
 
@@ -58,7 +59,7 @@ func quietLog() *slog.Logger {
 
 func testConfig(c kubernetes.Interface, m Machine) Config {
 	return Config{
-		Client: c, Name: "dev1", Labels: map[string]string{"site": "berlin"}, NodeIP: "192.0.2.10",
+		Client: fromclientset.New(c), Name: "dev1", Labels: map[string]string{"site": "berlin"}, NodeIP: "192.0.2.10",
 		DataDir: "/unused", AgentVersion: "v9.9.9", RuntimeVersion: "containerd://1.6.20", Machine: m,
 		StatusInterval: 10 * time.Millisecond, LeaseInterval: 10 * time.Millisecond, HeartbeatInterval: time.Hour,
 		Log: quietLog(),

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"flotilla.dev/flotilla/agent/hubclient/fromclientset"
 	"flotilla.dev/flotilla/agent/proxy/netnstest"
 )
 
@@ -182,7 +183,7 @@ func startProxier(t *testing.T, tn *testNet, mode string, client *fake.Clientset
 	if os.Getenv("FLOTILLA_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	p, err := New(Config{NodeName: "dev-a", NodeIP: nodeIP, Client: client, IPTables: r.ipt,
+	p, err := New(Config{NodeName: "dev-a", NodeIP: nodeIP, Client: fromclientset.New(client), IPTables: r.ipt,
 		NetNSPath: tn.node.Path, MinSyncInterval: 10 * time.Millisecond, Log: log,
 		OnSync: func(res SyncResult) {
 			select {

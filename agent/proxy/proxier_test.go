@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
+	"flotilla.dev/flotilla/agent/hubclient/fromclientset"
 	"flotilla.dev/flotilla/api"
 )
 
@@ -33,7 +34,7 @@ func newHarness(t *testing.T, ipt *fakeIPTables, objs ...runtime.Object) *harnes
 	if h.ipt == nil {
 		h.ipt = newFakeIPTables()
 	}
-	p, err := New(Config{NodeName: "dev-a", Client: h.client, IPTables: h.ipt, Conntrack: h.ct,
+	p, err := New(Config{NodeName: "dev-a", Client: fromclientset.New(h.client), IPTables: h.ipt, Conntrack: h.ct,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -272,7 +273,7 @@ func TestRunSyncsOnChanges(t *testing.T) {
 	client := fake.NewClientset(fixtureObjects()...)
 	ipt := newFakeIPTables()
 	results := make(chan SyncResult, 100)
-	p, err := New(Config{NodeName: "dev-a", Client: client, IPTables: ipt, Conntrack: &fakeConntrack{},
+	p, err := New(Config{NodeName: "dev-a", Client: fromclientset.New(client), IPTables: ipt, Conntrack: &fakeConntrack{},
 		MinSyncInterval: time.Millisecond, OnSync: func(r SyncResult) { results <- r },
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -344,10 +345,10 @@ func TestStaleFlows(t *testing.T) {
 func TestNewRejectsBadConfig(t *testing.T) {
 	client := fake.NewClientset()
 	for _, c := range []Config{
-		{Client: client},
+		{Client: fromclientset.New(client)},
 		{NodeName: "a"},
-		{NodeName: "a", Client: client, ClusterCIDR: "10.42.0.0"},
-		{NodeName: "a", Client: client, NodeIP: "dev-a"},
+		{NodeName: "a", Client: fromclientset.New(client), ClusterCIDR: "10.42.0.0"},
+		{NodeName: "a", Client: fromclientset.New(client), NodeIP: "dev-a"},
 	} {
 		if _, err := New(c); !errors.Is(err, ErrConfig) {
 			t.Errorf("New(%+v) = %v, want ErrConfig", c, err)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
+	"flotilla.dev/flotilla/agent/hubclient/fromclientset"
 	"flotilla.dev/flotilla/agent/proxy"
 	"flotilla.dev/flotilla/agent/proxy/netnstest"
 	"flotilla.dev/flotilla/api"
@@ -30,7 +31,7 @@ func node(name, ip, cidr string) *corev1.Node {
 
 func TestNewRejectsBadConfig(t *testing.T) {
 	c := fake.NewClientset()
-	for _, cfg := range []Config{{Client: c}, {NodeName: "a"}, {NodeName: "a", Client: c, ClusterCIDR: "x"}} {
+	for _, cfg := range []Config{{Client: fromclientset.New(c)}, {NodeName: "a"}, {NodeName: "a", Client: fromclientset.New(c), ClusterCIDR: "x"}} {
 		if _, err := New(cfg); !errors.Is(err, ErrConfig) {
 			t.Errorf("New(%+v) = %v, want ErrConfig", cfg, err)
 		}
@@ -56,7 +57,7 @@ func TestRoutesFollowNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	synced := make(chan error, 100)
-	r, err := New(Config{NodeName: "dev-a", Client: client, IPTables: ipt, NetNSPath: dev.Path,
+	r, err := New(Config{NodeName: "dev-a", Client: fromclientset.New(client), IPTables: ipt, NetNSPath: dev.Path,
 		OnSync: func(err error) { synced <- err }, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +121,7 @@ func TestRoutesFollowNodes(t *testing.T) {
 func TestEgressFollowsTheAnnouncedPodNetwork(t *testing.T) {
 	n := node("dev-a", "192.168.77.1", "10.64.3.0/24")
 	client := fake.NewClientset(n)
-	r, err := New(Config{NodeName: "dev-a", Client: client, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	r, err := New(Config{NodeName: "dev-a", Client: fromclientset.New(client), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

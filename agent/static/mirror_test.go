@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"flotilla.dev/flotilla/agent/hubclient/fromclientset"
 	"flotilla.dev/flotilla/api"
 )
 
@@ -104,7 +105,7 @@ func TestMirrorerSync(t *testing.T) {
 	foreign := hubPod("x-node2", "node2", "its-hash") // another device's mirror
 	client := fake.NewClientset(staleWeb, gone, plain, foreign)
 
-	m := NewMirrorer(client, src, node, quietLog())
+	m := NewMirrorer(fromclientset.New(client), src, node, quietLog())
 	if err := m.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +163,7 @@ func TestMirrorerRecreatesMirrorBeingDeleted(t *testing.T) {
 	now := metav1.Now()
 	terminating.DeletionTimestamp = &now
 	client := fake.NewClientset(terminating)
-	m := NewMirrorer(client, &fakeSource{pods: []*corev1.Pod{web}}, node, quietLog())
+	m := NewMirrorer(fromclientset.New(client), &fakeSource{pods: []*corev1.Pod{web}}, node, quietLog())
 	if err := m.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func TestMirrorerRecreatesMirrorBeingDeleted(t *testing.T) {
 func TestMirrorerLeavesNonMirrorOfSameName(t *testing.T) {
 	web := staticPod(t, "web", "example.com/web:1")
 	client := fake.NewClientset(hubPod("web-"+node, node, ""))
-	m := NewMirrorer(client, &fakeSource{pods: []*corev1.Pod{web}}, node, quietLog())
+	m := NewMirrorer(fromclientset.New(client), &fakeSource{pods: []*corev1.Pod{web}}, node, quietLog())
 	err := m.Sync(context.Background())
 	if err == nil {
 		t.Fatal("a name clash with a non-mirror pod was not reported")
@@ -206,7 +207,7 @@ func TestMirrorerRunSurvivesAnUnreachableHub(t *testing.T) {
 	})
 	src := &fakeSource{}
 	logs := &logBuf{}
-	m := NewMirrorer(client, src, node, slog.New(slog.NewTextHandler(logs, nil)))
+	m := NewMirrorer(fromclientset.New(client), src, node, slog.New(slog.NewTextHandler(logs, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	poke := make(chan struct{}, 1)
 	done := make(chan error, 1)

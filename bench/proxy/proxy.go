@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"flotilla.dev/flotilla/agent/hubclient"
+	"flotilla.dev/flotilla/agent/hubclient/fromclientset"
 	"flotilla.dev/flotilla/agent/proxy"
 	"flotilla.dev/flotilla/agent/proxy/netnstest"
 )
@@ -152,7 +153,7 @@ func measure(ctx context.Context, o Options, n int, last bool, res *Results) (Fi
 	defer ns.Delete()
 
 	client := fake.NewClientset(objects(n, o.Endpoints)...)
-	factory := hubclient.NewInformers(client)
+	factory := hubclient.NewInformers(fromclientset.New(client))
 	var sys *proxy.SystemIPTables
 	if err := ns.Do(func() error { var err error; sys, err = proxy.System(o.Mode); return err }); err != nil {
 		return f, err

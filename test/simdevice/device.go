@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
+	"flotilla.dev/flotilla/agent/hubclient/fromclientset"
 	"flotilla.dev/flotilla/agent/kubelet"
 	"flotilla.dev/flotilla/agent/kubelet/kubelettest"
 	"flotilla.dev/flotilla/agent/kubelet/volumes"
@@ -243,7 +244,7 @@ func (d *Device) Run(ctx context.Context) error {
 	network := &simNetwork{client: d.client, node: d.cfg.Name}
 	k, err := kubelet.New(kubelet.Config{
 		NodeName:     d.cfg.Name,
-		Client:       &hubClient{Interface: d.client, count: &d.ready, link: &link{name: d.cfg.Name, up: &d.renew}},
+		Client:       &hubClient{Interface: fromclientset.New(d.client), count: &d.ready, link: &link{name: d.cfg.Name, up: &d.renew}},
 		Runtime:      rt,
 		Network:      network,
 		Puller:       images,

@@ -14,9 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"flotilla.dev/flotilla/agent/cni"
+	"flotilla.dev/flotilla/agent/hubclient"
 	"flotilla.dev/flotilla/agent/kubelet/kubelettest"
 )
 
@@ -152,7 +152,7 @@ func (c *readyCounter) deleted(uid types.UID) {
 // while the device's link is down (SetRenewing(false)) its writes (pod
 // statuses, deletions, Events) fail as if the hub could not be reached.
 type hubClient struct {
-	kubernetes.Interface
+	hubclient.Interface
 	count *readyCounter
 	link  *link
 }
@@ -170,26 +170,26 @@ func (l *link) check() error {
 	return fmt.Errorf("simulated device %s cannot reach the hub: %w", l.name, syscall.ECONNREFUSED)
 }
 
-func (c *hubClient) CoreV1() typedcorev1.CoreV1Interface {
+func (c *hubClient) CoreV1() hubclient.CoreV1Interface {
 	return hubCore{c.Interface.CoreV1(), c.count, c.link}
 }
 
 type hubCore struct {
-	typedcorev1.CoreV1Interface
+	hubclient.CoreV1Interface
 	count *readyCounter
 	link  *link
 }
 
-func (c hubCore) Pods(namespace string) typedcorev1.PodInterface {
+func (c hubCore) Pods(namespace string) hubclient.PodInterface {
 	return hubPods{c.CoreV1Interface.Pods(namespace), c.count, c.link}
 }
 
-func (c hubCore) Events(namespace string) typedcorev1.EventInterface {
+func (c hubCore) Events(namespace string) hubclient.EventInterface {
 	return hubEvents{c.CoreV1Interface.Events(namespace), c.link}
 }
 
 type hubPods struct {
-	typedcorev1.PodInterface
+	hubclient.PodInterface
 	count *readyCounter
 	link  *link
 }
@@ -216,42 +216,29 @@ func (p hubPods) Delete(ctx context.Context, name string, opts metav1.DeleteOpti
 	return err
 }
 
-// hubEvents fails the event writes of a device whose link is down (the
-// kubelet's recorder uses the WithEventNamespace methods).
+// hubEvents fails the event writes of a device whose link is down.
 type hubEvents struct {
-	typedcorev1.EventInterface
+	hubclient.EventInterface
 	link *link
 }
 
-func (e hubEvents) CreateWithEventNamespace(ev *corev1.Event) (*corev1.Event, error) {
-	return e.CreateWithEventNamespaceWithContext(context.Background(), ev)
-}
-
-func (e hubEvents) UpdateWithEventNamespace(ev *corev1.Event) (*corev1.Event, error) {
-	return e.UpdateWithEventNamespaceWithContext(context.Background(), ev)
-}
-
-func (e hubEvents) PatchWithEventNamespace(ev *corev1.Event, data []byte) (*corev1.Event, error) {
-	return e.PatchWithEventNamespaceWithContext(context.Background(), ev, data)
-}
-
-func (e hubEvents) CreateWithEventNamespaceWithContext(ctx context.Context, ev *corev1.Event) (*corev1.Event, error) {
+func (e hubEvents) Create(ctx context.Context, ev *corev1.Event, opts metav1.CreateOptions) (*corev1.Event, error) {
 	if err := e.link.check(); err != nil {
 		return nil, err
 	}
-	return e.EventInterface.CreateWithEventNamespaceWithContext(ctx, ev)
+	return e.EventInterface.Create(ctx, ev, opts)
 }
 
-func (e hubEvents) UpdateWithEventNamespaceWithContext(ctx context.Context, ev *corev1.Event) (*corev1.Event, error) {
+func (e hubEvents) Update(ctx context.Context, ev *corev1.Event, opts metav1.UpdateOptions) (*corev1.Event, error) {
 	if err := e.link.check(); err != nil {
 		return nil, err
 	}
-	return e.EventInterface.UpdateWithEventNamespaceWithContext(ctx, ev)
+	return e.EventInterface.Update(ctx, ev, opts)
 }
 
-func (e hubEvents) PatchWithEventNamespaceWithContext(ctx context.Context, ev *corev1.Event, data []byte) (*corev1.Event, error) {
+func (e hubEvents) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*corev1.Event, error) {
 	if err := e.link.check(); err != nil {
 		return nil, err
 	}
-	return e.EventInterface.PatchWithEventNamespaceWithContext(ctx, ev, data)
+	return e.EventInterface.Patch(ctx, name, pt, data, opts, subresources...)
 }

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"flotilla.dev/flotilla/agent/hubclient/fromclientset"
 )
 
 func setup(t *testing.T, pods ...*corev1.Pod) (*fake.Clientset, *Manager, *atomic.Int32) {
@@ -43,7 +45,7 @@ func setup(t *testing.T, pods ...*corev1.Pod) (*fake.Clientset, *Manager, *atomi
 		}
 		return nil, false
 	}
-	m := New(client, get, Options{RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond})
+	m := New(fromclientset.New(client), get, Options{RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { m.Run(ctx); close(done) }()

@@ -125,7 +125,7 @@ func binary(ctx context.Context) ([]string, error) {
 		if len(topPkgs) < 10 {
 			topPkgs = append(topPkgs, fmt.Sprintf("%s %s", strings.TrimPrefix(p.Path, module+"/"), kb(p.Bytes)))
 		}
-		if g, ok := strings.CutPrefix(p.Path, "k8s.io/client-go/kubernetes/typed/"); ok && !slices.Contains(groups, g) {
+		if g, ok := strings.CutPrefix(p.Path, "k8s.io/api/"); ok && !slices.Contains(groups, g) {
 			groups = append(groups, g)
 		}
 		if p.Path == module+"/hub" || strings.HasPrefix(p.Path, module+"/hub/") {
@@ -140,13 +140,12 @@ func binary(ctx context.Context) ([]string, error) {
 		fmt.Sprintf("%-44s %s  (code and read-only data %s; the rest is the runtime's tables)", "agent binary, linux/"+goarch(), mb(shipped), mb(attributed)),
 		fmt.Sprintf("%-44s %s", "agent binary, largest by module", strings.Join(top, ", ")),
 		fmt.Sprintf("%-44s %s", "agent binary, largest packages", strings.Join(topPkgs, ", ")),
-		fmt.Sprintf("%-44s API groups with a typed client: %s; hub packages: %s", "agent binary, what it links", strings.Join(groups, ", "), strings.Join(hub, ", ")),
+		fmt.Sprintf("%-44s API groups' types: %s; hub packages: %s", "agent binary, what it links", strings.Join(groups, ", "), strings.Join(hub, ", ")),
 	}
-	// Every API group's types still come with client-go's scheme, which
-	// the typed clients import; and OpenTelemetry with the containerd
-	// client, which imports it unconditionally.
+	// OpenTelemetry comes with the containerd client, which imports it
+	// unconditionally. (client-go's scheme, with every API group's types,
+	// is gone: cmd/flotilla-agent's deps test keeps it out.)
 	for _, via := range []struct{ pkg, name, why string }{
-		{"k8s.io/client-go/kubernetes/scheme", "agent binary, client-go's scheme", "every API group's types, registered by the typed clients' scheme"},
 		{"github.com/containerd/containerd/v2/pkg/tracing", "agent binary, OpenTelemetry", "imported by the containerd client whatever the build tags"},
 	} {
 		only, err := binsize.OnlyThrough(ctx, wd, module+"/cmd/flotilla-agent", via.pkg)
