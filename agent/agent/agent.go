@@ -38,7 +38,9 @@ import (
 	"flotilla.dev/flotilla/agent/runtime/podns"
 	"flotilla.dev/flotilla/agent/server"
 	"flotilla.dev/flotilla/agent/static"
+	"flotilla.dev/flotilla/agent/stats"
 	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/api/agentapi"
 	"flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/internal/atomicfile"
 	"flotilla.dev/flotilla/internal/run"
@@ -50,7 +52,9 @@ import (
 // Defaults from Flotilla's contracts.
 const (
 	DefaultDataDir = "/var/lib/flotilla/agent"
-	podCIDRFile    = "pod-cidr"
+	// DefaultContainerdRoot is containerd's own default root.
+	DefaultContainerdRoot = "/var/lib/containerd"
+	podCIDRFile           = "pod-cidr"
 	// stateFile keeps the last known desired state (agent/localstore).
 	stateFile = "state.db"
 )
@@ -121,6 +125,16 @@ type Config struct {
 	TrustPolicy []trust.Rule
 	// Images is the digest policy: which images may run by tag.
 	Images image.Policy
+	// DisableMetrics turns off the usage figures: none on /metrics and
+	// no reports to the hub (kubectl top and flotctl fleet status then
+	// show nothing for this device).
+	DisableMetrics bool
+	// UsageInterval is how often the device reports its usage to the hub;
+	// stats.DefaultReportInterval (60 s) when zero.
+	UsageInterval time.Duration
+	// ContainerdRoot is containerd's root directory, whose filesystem is
+	// reported beside the data dir's; DefaultContainerdRoot when empty.
+	ContainerdRoot string
 	// Credentials obtain the hub client config; without them the agent
 	// runs standalone: static pods only, no hub.
 	Credentials Credentials
@@ -147,6 +161,15 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ServerListen == "" {
 		c.ServerListen = server.DefaultListen
 	}
+	if c.ContainerdRoot == "" {
+		c.ContainerdRoot = DefaultContainerdRoot
+	}
+	if c.UsageInterval == 0 {
+		c.UsageInterval = stats.DefaultReportInterval
+	}
+	if c.UsageInterval < time.Second {
+		errs = append(errs, fmt.Errorf("--usage-interval %v is shorter than a second (the default is %v)", c.UsageInterval, stats.DefaultReportInterval))
+	}
 	if _, _, err := net.SplitHostPort(c.ServerListen); err != nil {
 		errs = append(errs, fmt.Errorf("--server-listen %q: %v (want host:port or :port)", c.ServerListen, err))
 	}
@@ -165,7 +188,7 @@ func (c Config) withDefaults() (Config, error) {
 	if err := c.Images.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("the images policy: %w", err))
 	}
-	for _, d := range []struct{ flag, path string }{{"--data-dir", c.DataDir}, {"--log-dir", c.LogDir}, {"--cni-conf-dir", c.CNIConfDir}, {"--manifests-dir", c.ManifestsDir}, {"--trust-dir", c.TrustDir}} {
+	for _, d := range []struct{ flag, path string }{{"--data-dir", c.DataDir}, {"--log-dir", c.LogDir}, {"--cni-conf-dir", c.CNIConfDir}, {"--manifests-dir", c.ManifestsDir}, {"--trust-dir", c.TrustDir}, {"--containerd-root", c.ContainerdRoot}} {
 		if d.path != "" && !filepath.IsAbs(d.path) {
 			errs = append(errs, fmt.Errorf("%s %q must be an absolute path", d.flag, d.path))
 		}
@@ -258,6 +281,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	usage := a.usage(client)
+	if usage != nil {
+		reg.MustRegister(stats.Metrics{C: usage.Collector})
+	}
 	srv, err := server.New(server.Config{
 		Listen: a.cfg.ServerListen, LogDir: a.cfg.LogDir, Certificate: cert, ClientCAs: hubCAs,
 		ContainerRunning: containerRunning(rt),
@@ -309,8 +336,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	a.log.Info("agent started", "version", version.Version, "runtime", runtimeVersion, "server", srv.Addr().String(), "site", site)
+	var usageLoops []run.Loop
+	if usage != nil {
+		usageLoops = append(usageLoops, run.Loop{Name: "usage reports", Run: usage.Run})
+	}
 	return run.Group{
-		Loops: []run.Loop{
+		Loops: append(usageLoops, []run.Loop{
 			{Name: "site", Run: func(ctx context.Context) error { return a.watchSite(ctx, shared, store, site) }},
 			{Name: "agent server", Run: srv.Run},
 			{Name: "node", Run: nd.Run},
@@ -321,7 +352,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			{Name: "mirror pods", Run: func(ctx context.Context) error {
 				return static.NewMirrorer(client, statics, a.cfg.NodeName, a.log.With("component", "mirror")).Run(ctx, statics.changed)
 			}},
-		},
+		}...),
 		OnError: func(err error) { a.log.Error("agent stopping", "err", err) },
 	}.Run(ctx)
 }
@@ -375,6 +406,34 @@ func (a *Agent) watchSite(ctx context.Context, shared *hubclient.Informers, stor
 			a.log.Warn("could not record the node's new site; the next start may take the old one first", "err", err)
 		}
 		return fmt.Errorf("%w (from %q to %q)", ErrSiteChanged, site, api.SiteOf(n))
+	}
+}
+
+// usage is the reporter of the device's usage to the hub, whose
+// collector also serves /metrics; nil when metrics are off.
+func (a *Agent) usage(client hubclient.Interface) *stats.Reporter {
+	if a.cfg.DisableMetrics {
+		return nil
+	}
+	c := &stats.Collector{
+		Containers: &stats.ContainerdSource{Client: a.ctrd, Namespace: a.cfg.ContainerdNamespace},
+		Node: &stats.HostSource{Filesystems: []stats.FilesystemPath{
+			{Name: "data", Path: a.cfg.DataDir}, {Name: "containerd", Path: a.cfg.ContainerdRoot},
+		}},
+	}
+	cs, ok := client.(*hubclient.Clientset)
+	if !ok {
+		a.log.Warn("usage reports are off: the hub client cannot post them", "client", fmt.Sprintf("%T", client))
+		return nil
+	}
+	// The usage endpoint is the hub's own, beside the API groups: a raw
+	// POST through the core client (its TLS, rate limiter and retries).
+	rc := cs.RESTClients()[0]
+	return &stats.Reporter{
+		Collector: c, Interval: a.cfg.UsageInterval, Log: a.log.With("component", "usage"),
+		Post: func(ctx context.Context, body []byte) error {
+			return rc.Post().AbsPath(agentapi.PathUsage).SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Error()
+		},
 	}
 }
 

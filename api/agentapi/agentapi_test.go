@@ -193,3 +193,17 @@ func TestParseLabels(t *testing.T) {
 		t.Errorf("empty: %v %v", m, err)
 	}
 }
+
+func TestUsageReportValidate(t *testing.T) {
+	ok := UsageReport{Time: time.Unix(1, 0), WindowMS: 1000, IntervalS: 60, Pods: []PodUsage{{Namespace: "a", Name: "b", Containers: []ContainerUsage{{Name: "c"}}}}}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("valid report refused: %v", err)
+	}
+	bad := UsageReport{Pods: []PodUsage{{Name: "b", Containers: []ContainerUsage{{}}}}}
+	err := bad.Validate()
+	for _, want := range []string{"t (the window's end) is missing", "w (the window", "i (the report interval", "p[0]: a pod needs ns and n", "p[0].c[0]: a container needs n"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to say %q", err, want)
+		}
+	}
+}

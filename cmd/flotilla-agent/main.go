@@ -19,6 +19,7 @@ import (
 	"flotilla.dev/flotilla/agent/node"
 	"flotilla.dev/flotilla/agent/server"
 	"flotilla.dev/flotilla/agent/static"
+	"flotilla.dev/flotilla/agent/stats"
 	"flotilla.dev/flotilla/api/agentapi"
 	"flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/internal/config"
@@ -113,6 +114,9 @@ also be a map, and registries configures registry hosts:
 	f.String("node-ip", "", "address the hub reaches this device on (default: the default route's)")
 	f.String("server-listen", server.DefaultListen, "HTTPS address of the agent server (logs for the hub)")
 	f.Int("max-pods", node.DefaultMaxPods, "pods this device runs at most")
+	f.Bool("metrics", true, "read the device's and its pods' CPU, memory and disk usage: served on the agent's /metrics and reported to the hub (kubectl top, flotctl fleet status); false saves the agent the reading")
+	f.Duration("usage-interval", stats.DefaultReportInterval, "how often the device reports its usage to the hub (with --metrics)")
+	f.String("containerd-root", agent.DefaultContainerdRoot, "containerd's root directory, whose filesystem the device reports beside the data dir's")
 	f.String("log-level", "info", "debug, info, warn or error")
 	f.String("memory-limit", DefaultMemoryLimit, "soft limit of the agent's Go memory (as GOMEMLIMIT: 64MiB, 1GiB), past which it collects garbage harder; off for the Go runtime's own (GOMEMLIMIT)")
 	f.String("manifests-dir", static.DefaultDir, "directory of static pods (*.yaml): they run with or without a hub")
@@ -210,6 +214,9 @@ func agentConfig(v *viper.Viper) (agent.Config, error) {
 		TrustPolicy:         trustCfg.Policy,
 		Images:              images,
 		Registries:          regs,
+		DisableMetrics:      !v.GetBool("metrics"),
+		UsageInterval:       v.GetDuration("usage-interval"),
+		ContainerdRoot:      v.GetString("containerd-root"),
 	}
 	kubeconfig, token := v.GetString("kubeconfig"), v.GetString("token")
 	hub := v.GetString("hub")
