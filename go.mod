@@ -28,6 +28,7 @@ require (
 	k8s.io/component-base v0.37.2
 	k8s.io/kube-openapi v0.0.0-20260821135717-be32def86098
 	k8s.io/kubectl v0.37.2
+	k8s.io/metrics v0.37.2
 	k8s.io/pod-security-admission v0.37.2
 	pgregory.net/rapid v1.3.0
 	sigs.k8s.io/kustomize/api v0.21.2
@@ -81,7 +82,6 @@ require (
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 	k8s.io/cli-runtime v0.37.2 // indirect
 	k8s.io/component-helpers v0.37.2 // indirect
-	k8s.io/metrics v0.37.2 // indirect
 	k8s.io/streaming v0.37.2 // indirect
 	sigs.k8s.io/kustomize/kustomize/v5 v5.8.1 // indirect
 )

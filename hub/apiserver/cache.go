@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -86,6 +87,8 @@ type watchCache struct {
 	// the Events to write about them (unreadable.go).
 	unreadable map[*api.Resource]map[string]unreadableObject
 	reports    chan unreadableReport
+	// usage are the devices' last usage reports by node (usage.go).
+	usage map[string]*storedUsage
 }
 
 type cacheWatcher struct {
@@ -111,6 +114,7 @@ func newWatchCache(log *slog.Logger, st store.Store, window, bufferSize int, m *
 		metrics:    m,
 		unreadable: map[*api.Resource]map[string]unreadableObject{},
 		reports:    make(chan unreadableReport, reportQueue),
+		usage:      map[string]*storedUsage{},
 	}
 	for _, r := range api.Resources() {
 		c.objects[r] = map[string]*cachedObject{}
@@ -150,7 +154,14 @@ func (c *watchCache) loadAndFollow(ctx context.Context, first bool) error {
 		objects[r] = map[string]*cachedObject{}
 	}
 	unreadable := map[*api.Resource]map[string]unreadableObject{}
+	usage := map[string]*storedUsage{}
 	for _, kv := range kvs {
+		if node, ok := strings.CutPrefix(kv.Key, usagePrefix); ok {
+			if u, err := decodeUsage(kv.Value); err == nil {
+				usage[node] = u
+			}
+			continue
+		}
 		res, ns, name, ok := parseKey(kv.Key)
 		if !ok {
 			continue
@@ -168,6 +179,7 @@ func (c *watchCache) loadAndFollow(ctx context.Context, first bool) error {
 	}
 	c.mu.Lock()
 	c.objects = objects
+	c.usage = usage
 	c.setUnreadableLocked(unreadable)
 	c.rev = rev
 	c.oldest = rev
@@ -217,6 +229,10 @@ func (c *watchCache) decode(res *api.Resource, data []byte, rev int64) (*cachedO
 }
 
 func (c *watchCache) apply(ev store.Event) {
+	if node, ok := strings.CutPrefix(ev.KV.Key, usagePrefix); ok {
+		c.applyUsage(ev, node)
+		return
+	}
 	res, ns, name, ok := parseKey(ev.KV.Key)
 	rev := ev.KV.ModRevision
 	var ce *cacheEvent
@@ -371,6 +387,37 @@ func (f *filter) matches(co *cachedObject) bool {
 		return false
 	}
 	return true
+}
+
+// applyUsage keeps a device's last usage report. A report that does not
+// decode is dropped (the hub stored it, so only another version could
+// have written it), and the device has none until its next.
+func (c *watchCache) applyUsage(ev store.Event, node string) {
+	var u *storedUsage
+	if ev.Type != store.EventDelete {
+		var err error
+		if u, err = decodeUsage(ev.KV.Value); err != nil {
+			c.log.Warn("skipping an undecodable usage report", "node", node, "err", err)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ev.KV.ModRevision > c.rev {
+		c.rev = ev.KV.ModRevision
+	}
+	if u == nil {
+		delete(c.usage, node)
+	} else {
+		c.usage[node] = u
+	}
+	c.broadcastLocked()
+}
+
+// usageOf is the device's last usage report, or nil.
+func (c *watchCache) usageOf(node string) *storedUsage {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.usage[node]
 }
 
 // get returns the cached object, or nil.

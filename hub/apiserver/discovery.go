@@ -69,10 +69,10 @@ func (s *Server) serveDiscovery(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// servedGroupVersions are the stored resources' group-versions and the
-// self reviews'.
+// servedGroupVersions are the stored resources' group-versions, the
+// self reviews' and the metrics API's.
 func servedGroupVersions() []schema.GroupVersion {
-	return append(api.GroupVersions(), selfReviewGroups()...)
+	return append(append(api.GroupVersions(), selfReviewGroups()...), metricsGV)
 }
 
 func versionInfo() *version.Info {
@@ -102,6 +102,9 @@ var (
 func resourceList(gv schema.GroupVersion) *metav1.APIResourceList {
 	list := &metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: gv.String()}
 	list.APIResources = append(list.APIResources, selfReviewResources(gv)...)
+	if gv == metricsGV {
+		list.APIResources = append(list.APIResources, metricsResources()...)
+	}
 	for _, r := range api.Resources() {
 		if r.GVR.GroupVersion() != gv {
 			continue

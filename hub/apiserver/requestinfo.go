@@ -28,6 +28,10 @@ func parseRequest(r *http.Request) (ri requestInfo, ok bool, err error) {
 		// Created, never stored: served beside discovery.
 		return ri, false, nil
 	}
+	if _, ok, _ := metricsRequest(r); ok {
+		// Computed from the devices' reports (usage.go).
+		return ri, false, nil
+	}
 	p := strings.Trim(r.URL.Path, "/")
 	parts := strings.Split(p, "/")
 	var gv schema.GroupVersion

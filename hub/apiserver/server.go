@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 
+	"flotilla.dev/flotilla/api/agentapi"
 	"flotilla.dev/flotilla/api/image"
 	"flotilla.dev/flotilla/api/validation"
 	"flotilla.dev/flotilla/hub/store"
@@ -242,6 +243,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if ok := s.authorize(rec, r, attrs, &ri); !ok {
 			return
 		}
+	} else if mri, ok, merr := metricsRequest(r); ok {
+		// The metrics API is authorized as kube-apiserver does for
+		// metrics-server: get and list of pods and nodes in metrics.k8s.io.
+		if merr != nil {
+			s.writeError(rec, r, merr, nil)
+			return
+		}
+		attrs := Attributes{User: user, Verb: mri.Verb, APIGroup: mri.Resource.GVR.Group, Resource: mri.Resource.GVR.Resource,
+			Namespace: mri.Namespace, Name: mri.Name}
+		if ok := s.authorize(rec, r, attrs, &mri); !ok {
+			return
+		}
 	} else if !public {
 		if ok := s.authorize(rec, r, Attributes{User: user, Verb: strings.ToLower(r.Method), Path: path}, nil); !ok {
 			return
@@ -343,6 +356,18 @@ func (s *Server) serveNonResource(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if s.serveDiscovery(w, r) || s.serveSelfReview(w, r) {
+		return
+	}
+	if path == agentapi.PathUsage {
+		if err := s.serveUsageReport(w, r); err != nil {
+			s.writeError(w, r, err, nil)
+		}
+		return
+	}
+	if ri, ok, _ := metricsRequest(r); ok {
+		if err := s.serveMetrics(w, r, &ri); err != nil {
+			s.writeError(w, r, err, &ri)
+		}
 		return
 	}
 	s.writeError(w, r, notFoundPath(r), nil)

@@ -73,7 +73,11 @@ func authorizeNodePath(a apiserver.Attributes) (bool, string) {
 	if a.Verb == "post" && a.Path == agentapi.PathRenew {
 		return true, "node: renew its certificate"
 	}
-	return false, fmt.Sprintf("node rule: devices may read discovery and POST %s, not %s %s", agentapi.PathRenew, strings.ToUpper(a.Verb), a.Path)
+	// The report is stored as the certificate's device's, whatever it says.
+	if a.Verb == "post" && a.Path == agentapi.PathUsage {
+		return true, "node: report its usage"
+	}
+	return false, fmt.Sprintf("node rule: devices may read discovery and POST %s and %s, not %s %s", agentapi.PathRenew, agentapi.PathUsage, strings.ToUpper(a.Verb), a.Path)
 }
 
 func authorizeNodeObject(node string, a apiserver.Attributes) (bool, string) {
