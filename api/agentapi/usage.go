@@ -11,6 +11,12 @@ import (
 // from the certificate, never from the body) and replaces the one before.
 const PathUsage = "/usage/v1/report"
 
+// AnnotationFilesystems on the NodeMetrics the hub serves holds the
+// device's filesystems as its last report gave them: a JSON list of
+// FilesystemUsage. The metrics API has no field for them; flotctl fleet
+// status reads them there.
+const AnnotationFilesystems = "usage.flotilla.dev/filesystems"
+
 // MaxUsageReportBytes bounds a report's body: about 60 bytes a container,
 // so 256 KiB holds thousands.
 const MaxUsageReportBytes = 256 << 10

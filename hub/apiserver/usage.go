@@ -33,12 +33,6 @@ import (
 // usagePrefix holds the last usage report of each device.
 const usagePrefix = "/flotilla.dev/usage/"
 
-// AnnotationFilesystems on a NodeMetrics holds the device's filesystems
-// (its data dir's and containerd's root's) as the device reported them: a
-// JSON list of agentapi.FilesystemUsage. The metrics API has no field for
-// them; flotctl fleet status reads them from there.
-const AnnotationFilesystems = "usage.flotilla.dev/filesystems"
-
 // staleIntervals is how many report intervals a report stays current:
 // a device that missed this many is shown without figures.
 const staleIntervals = 3
@@ -211,7 +205,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, ri *reques
 			meta := metav1.ObjectMeta{Name: n.Name, Labels: n.Labels, CreationTimestamp: metav1.NewTime(now)}
 			if len(u.Report.Filesystems) > 0 {
 				fs, _ := json.Marshal(u.Report.Filesystems)
-				meta.Annotations = map[string]string{AnnotationFilesystems: string(fs)}
+				meta.Annotations = map[string]string{agentapi.AnnotationFilesystems: string(fs)}
 			}
 			list.Items = append(list.Items, metricsv1beta1.NodeMetrics{
 				ObjectMeta: meta,

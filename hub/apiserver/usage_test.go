@@ -115,8 +115,8 @@ func TestMetricsAPIServesTheDevicesReports(t *testing.T) {
 		t.Errorf("dev1: cpu %v, memory %v, window %v, labels %v; want 250m, 300Mi, 1m, site=dev1", cpu, mem, nm.Window, nm.Labels)
 	}
 	var gotFS []agentapi.FilesystemUsage
-	if err := json.Unmarshal([]byte(nm.Annotations[apiserver.AnnotationFilesystems]), &gotFS); err != nil || len(gotFS) != 1 || gotFS[0].Available != 5<<30 {
-		t.Errorf("filesystems annotation %q: %v", nm.Annotations[apiserver.AnnotationFilesystems], err)
+	if err := json.Unmarshal([]byte(nm.Annotations[agentapi.AnnotationFilesystems]), &gotFS); err != nil || len(gotFS) != 1 || gotFS[0].Available != 5<<30 {
+		t.Errorf("filesystems annotation %q: %v", nm.Annotations[agentapi.AnnotationFilesystems], err)
 	}
 	if l, err := admin.MetricsV1beta1().NodeMetricses().List(ctx, metav1.ListOptions{LabelSelector: "site=dev2"}); err != nil || len(l.Items) != 0 {
 		t.Errorf("node metrics with site=dev2: %+v, %v; want none", l, err)

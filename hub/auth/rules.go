@@ -97,7 +97,7 @@ func nodeRules(node, namespace string) ([]authorizationv1.ResourceRule, []author
 	}
 	nonResource := []authorizationv1.NonResourceRule{
 		{Verbs: []string{"get", "head"}, NonResourceURLs: []string{"/api", "/api/*", "/apis", "/apis/*", "/version", "/openapi/*"}},
-		{Verbs: []string{"post"}, NonResourceURLs: []string{agentapi.PathRenew}},
+		{Verbs: []string{"post"}, NonResourceURLs: []string{agentapi.PathRenew, agentapi.PathUsage}},
 	}
 	return rules, nonResource
 }
