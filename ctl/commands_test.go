@@ -79,7 +79,7 @@ func TestFleetStatus(t *testing.T) {
 	squeezed := strings.Join(strings.Fields(out), " ")
 	for _, want := range []string{
 		"DEVICES 1 online, 1 offline", "by architecture arm64 1 (+1 offline)", "kiosk-7 NotReady, last seen 7m ago",
-		"edge-1 Ready arm64 v0.1.0 1/2 7m ago",
+		"edge-1 Ready arm64 v0.1.0 1/2 - - - 7m ago",
 		"SOURCES", "default/fleet main aaaaaaa bbbbbbb False", "WORKLOADS", "deployment default/web 2 2 1 1 in progress",
 		"PROBLEMS (4, worst first)", "owner: the agent on device kiosk-7",
 	} {

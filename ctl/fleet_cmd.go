@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
 
 	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/v1alpha1"
@@ -29,8 +30,17 @@ func (a *App) fleetCommand() *cobra.Command {
 	var maxDevices, maxProblems int
 	status := &cobra.Command{
 		Use:   "status",
-		Short: "One screen for the whole fleet: devices, pods, sources, rollouts and the problems worth a look",
-		Args:  cobra.NoArgs,
+		Short: "One screen for the whole fleet: devices, pods, usage, sources, rollouts and the problems worth a look",
+		Long: fmt.Sprintf(`One screen for the whole fleet: devices, pods, usage, sources, rollouts and
+the problems worth a look.
+
+Each device's CPU and memory are its last reported usage (the metrics API
+kubectl top reads) as shares of its capacity, DISK the fullest of its data
+dir's and containerd's filesystems; "-" when the device reports none (it is
+offline, its metrics are off, or it has not reported yet). A device is
+listed as running low at CPU or memory of %d%% and more, or a filesystem
+with less than %d%% free.`, fleet.LowCPUPercent, fleet.LowDiskFreePercent),
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts := fleet.Options{Style: term.For(a.Out, a.Getenv), MaxDevices: maxDevices, MaxProblems: maxProblems}
 			if watch {
@@ -110,8 +120,29 @@ func listSnapshot(ctx context.Context, c *Clients) (*fleet.Snapshot, error) {
 		return nil, fmt.Errorf("decoding gitsources: %w", err)
 	}
 	s.GitSources = gl.Items
+	s.NodeMetrics = listNodeMetrics(ctx, c)
 	return s, nil
 }
+
+var nodeMetricsGVR = metricsv1beta1.SchemeGroupVersion.WithResource("nodes")
+
+// listNodeMetrics reads the devices' last usage; none when the hub
+// serves none or the user may not read them (the screen then shows "-").
+func listNodeMetrics(ctx context.Context, c *Clients) []metricsv1beta1.NodeMetrics {
+	u, err := c.Dynamic.Resource(nodeMetricsGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil
+	}
+	var l metricsv1beta1.NodeMetricsList
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), &l); err != nil {
+		return nil
+	}
+	return l.Items
+}
+
+// metricsRefresh is how often the watching screen reads the usage again:
+// it cannot be watched, and devices report once a minute by default.
+const metricsRefresh = 15 * time.Second
 
 // fleetWatch keeps informers on every kind the screen reads and redraws
 // when something changed, at most once an interval.
@@ -159,9 +190,15 @@ func (a *App) fleetWatch(ctx context.Context, opts fleet.Options, interval time.
 			return ctx.Err()
 		}
 	}
+	var usage []metricsv1beta1.NodeMetrics
+	var usageAt time.Time
 	snapshot := func() (*fleet.Snapshot, error) {
 		s := &fleet.Snapshot{}
 		s.Now = a.now()
+		if s.Now.Sub(usageAt) >= metricsRefresh {
+			usage, usageAt = listNodeMetrics(ctx, c), s.Now
+		}
+		s.NodeMetrics = usage
 		everything := labels.Everything()
 		s.Nodes = values(nodes.Lister().List(everything))
 		s.Leases = values(leases.Lister().Leases(api.NamespaceNodeLease).List(everything))

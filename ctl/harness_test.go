@@ -69,7 +69,7 @@ func newHarness(t *testing.T, objs ...runtime.Object) *harness {
 	return &harness{
 		t:       t,
 		typed:   fake.NewClientset(typedObjs...),
-		dynamic: dynfake.NewSimpleDynamicClientWithCustomListKinds(api.Scheme, map[schema.GroupVersionResource]string{gitSourceGVR: "GitSourceList", rolloutPolicyGVR: "RolloutPolicyList"}, dynObjs...),
+		dynamic: dynfake.NewSimpleDynamicClientWithCustomListKinds(api.Scheme, map[schema.GroupVersionResource]string{gitSourceGVR: "GitSourceList", rolloutPolicyGVR: "RolloutPolicyList", nodeMetricsGVR: "NodeMetricsList"}, dynObjs...),
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"flotilla.dev/flotilla/api/agentapi"
 	"flotilla.dev/flotilla/hub"
 	"flotilla.dev/flotilla/hub/hubtest"
 	"flotilla.dev/flotilla/hub/scheduler"
@@ -186,13 +187,22 @@ func TestAgainstHubGitSourcesFleetAndWatch(t *testing.T) {
 		}
 		got.Status = st
 		got.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(seen)
+		got.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("2Gi")}
 		if _, err := r.hub.Client.CoreV1().Nodes().UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	out := r.ok("fleet", "status")
+	// edge-1 reports its usage: its disk is nearly full.
+	body := []byte(`{"t":"2026-01-01T00:00:00Z","w":60000,"i":60,"c":1000000000,"m":536870912,"fs":[{"n":"data","c":1000,"a":20}]}`)
+	if err := r.hub.NodeClient("edge-1").CoreV1().RESTClient().Post().AbsPath(agentapi.PathUsage).SetHeader("Content-Type", "application/json").
+		Body(body).Do(ctx).Error(); err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	waitFor(t, func() bool { out = r.ok("fleet", "status"); return strings.Contains(out, "running low") })
 	squeezed := strings.Join(strings.Fields(out), " ")
-	for _, want := range []string{"1 online, 1 offline", "kiosk-7 NotReady, last seen 7m ago", "default/fleet main aaaaaaa bbbbbbb False", "CRITICAL node/kiosk-7"} {
+	for _, want := range []string{"1 online, 1 offline", "kiosk-7 NotReady, last seen 7m ago", "default/fleet main aaaaaaa bbbbbbb False", "CRITICAL node/kiosk-7",
+		"edge-1 running low: disk data 2% free", "edge-1 Ready arm64 v0.1.0 0/0 25% 25% 98% 7m ago"} {
 		if !strings.Contains(squeezed, want) {
 			t.Errorf("fleet status lacks %q:\n%s", want, out)
 		}

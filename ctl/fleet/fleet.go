@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
+	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
 
 	"flotilla.dev/flotilla/api/podutil"
 	"flotilla.dev/flotilla/api/printers"
@@ -27,13 +28,18 @@ type Snapshot struct {
 	DaemonSets  []appsv1.DaemonSet
 	Services    []corev1.Service
 	GitSources  []v1alpha1.GitSource
+	// NodeMetrics are the devices' last usage (metrics.k8s.io); none
+	// when the hub has none or the user may not read them.
+	NodeMetrics []metricsv1beta1.NodeMetrics
 }
 
 // Report is the fleet at a glance.
 type Report struct {
-	Now                   time.Time
-	Online, Offline       int
-	OfflineDevices        []Device
+	Now             time.Time
+	Online, Offline int
+	OfflineDevices  []Device
+	// LowDevices are the online devices running low (see LowCPUPercent).
+	LowDevices            []Device
 	ByArch, ByAgent       []Count
 	Devices               []Device
 	Sources               []Source
@@ -55,6 +61,7 @@ type Device struct {
 	LastSeen                  time.Time
 	Online                    bool
 	PodsReady, Pods           int
+	Usage                     Usage
 }
 
 // Source is one GitSource's line.
@@ -78,6 +85,10 @@ func Summarize(s *Snapshot) *Report {
 	}
 	byArch, byAgent := map[string]*Count{}, map[string]*Count{}
 	devices := map[string]*Device{}
+	metrics := map[string]*metricsv1beta1.NodeMetrics{}
+	for i := range s.NodeMetrics {
+		metrics[s.NodeMetrics[i].Name] = &s.NodeMetrics[i]
+	}
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
 		d := Device{Name: n.Name, Status: printers.NodeStatus(n), Arch: orUnknown(n.Status.NodeInfo.Architecture),
@@ -86,6 +97,10 @@ func Summarize(s *Snapshot) *Report {
 			d.Arch = a
 		}
 		d.Online = strings.HasPrefix(d.Status, "Ready")
+		d.Usage = Usage{CPUPercent: -1, MemoryPercent: -1, DiskPercent: -1}
+		if m := metrics[n.Name]; m != nil && d.Online {
+			d.Usage = usageOf(n, m)
+		}
 		tally(byArch, d.Arch, d.Online)
 		tally(byAgent, d.Agent, d.Online)
 		if d.Online {
@@ -129,6 +144,11 @@ func Summarize(s *Snapshot) *Report {
 		r.Devices = append(r.Devices, *d)
 	}
 	sort.Slice(r.Devices, func(i, j int) bool { return r.Devices[i].Name < r.Devices[j].Name })
+	for _, d := range r.Devices {
+		if len(d.Usage.Low) > 0 {
+			r.LowDevices = append(r.LowDevices, d)
+		}
+	}
 	sort.Slice(r.OfflineDevices, func(i, j int) bool { return r.OfflineDevices[i].LastSeen.Before(r.OfflineDevices[j].LastSeen) })
 
 	for i := range s.GitSources {
@@ -234,6 +254,9 @@ func Render(w io.Writer, r *Report, o Options) error {
 	for _, d := range r.OfflineDevices {
 		line("  %s\t%s, last seen %s", st.Red(d.Name), d.Status, ago(d.LastSeen))
 	}
+	for _, d := range r.LowDevices {
+		line("  %s\trunning low: %s", st.Yellow(d.Name), strings.Join(d.Usage.Low, ", "))
+	}
 	line("")
 
 	if len(r.Devices) > 0 {
@@ -245,7 +268,7 @@ func Render(w io.Writer, r *Report, o Options) error {
 			devs = devs[:o.MaxDevices]
 		}
 		line("%s", st.Bold("DEVICE"))
-		line("  NAME\tSTATUS\tARCH\tAGENT\tPODS READY\tLAST SEEN")
+		line("  NAME\tSTATUS\tARCH\tAGENT\tPODS READY\tCPU\tMEMORY\tDISK\tLAST SEEN")
 		for _, d := range devs {
 			status := d.Status
 			if !d.Online {
@@ -255,7 +278,8 @@ func Render(w io.Writer, r *Report, o Options) error {
 			if d.PodsReady < d.Pods {
 				pods = st.Yellow(pods)
 			}
-			line("  %s\t%s\t%s\t%s\t%s\t%s", d.Name, status, d.Arch, d.Agent, pods, ago(d.LastSeen))
+			cpu, mem, disk := pct(st, d.Usage.CPUPercent, LowCPUPercent), pct(st, d.Usage.MemoryPercent, LowMemoryPercent), pct(st, d.Usage.DiskPercent, 100-LowDiskFreePercent)
+			line("  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", d.Name, status, d.Arch, d.Agent, pods, cpu, mem, disk, ago(d.LastSeen))
 		}
 		if len(devs) < len(r.Devices) {
 			line("  … %d more devices (all pods ready first hidden; see flotctl get nodes)", len(r.Devices)-len(devs))
@@ -326,6 +350,19 @@ func Render(w io.Writer, r *Report, o Options) error {
 	}
 	_, err := fmt.Fprintln(w, "Run `flotctl describe KIND NAME` for the details of a problem.")
 	return err
+}
+
+// pct shows a usage percentage, in yellow from low on; "-" when unknown
+// (no report from the device, or metrics off on it).
+func pct(st term.Style, p, low int) string {
+	if p < 0 {
+		return "-"
+	}
+	s := fmt.Sprintf("%d%%", p)
+	if p >= low {
+		s = st.Yellow(s)
+	}
+	return s
 }
 
 func breakdown(cs []Count) string {

@@ -8,8 +8,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
 
+	"flotilla.dev/flotilla/api/agentapi"
 	"flotilla.dev/flotilla/ctl/diagnose"
 	"flotilla.dev/flotilla/ctl/term"
 )
@@ -109,6 +112,47 @@ func TestBar(t *testing.T) {
 	} {
 		if got := bar(tc.u, tc.r, tc.d); got != tc.want {
 			t.Errorf("bar(%d,%d,%d) = %q, want %q", tc.u, tc.r, tc.d, got, tc.want)
+		}
+	}
+}
+
+func TestUsageAndDevicesRunningLow(t *testing.T) {
+	s := fleetOf(4, 1)
+	for i := range s.Nodes {
+		s.Nodes[i].Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("1Gi")}
+	}
+	fs := func(avail uint64) map[string]string {
+		return map[string]string{agentapi.AnnotationFilesystems: fmt.Sprintf(`[{"n":"data","c":1000,"a":%d},{"n":"containerd","c":1000,"a":%d}]`, avail, avail)}
+	}
+	m := func(name, cpu, mem string, ann map[string]string) metricsv1beta1.NodeMetrics {
+		return metricsv1beta1.NodeMetrics{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann},
+			Usage: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}}
+	}
+	s.NodeMetrics = []metricsv1beta1.NodeMetrics{
+		m("dev-000", "1900m", "1000Mi", fs(10)), // offline: its last figures are not shown
+		m("dev-001", "500m", "256Mi", fs(500)),
+		m("dev-002", "1800m", "950Mi", fs(50)), // CPU 90 %, memory 92 %, 5 % free on one filesystem (listed once)
+		// dev-003 reported nothing
+	}
+	r := Summarize(s)
+	if len(r.LowDevices) != 1 || r.LowDevices[0].Name != "dev-002" {
+		t.Fatalf("low devices = %+v, want dev-002", r.LowDevices)
+	}
+	if got := strings.Join(r.LowDevices[0].Usage.Low, ", "); got != "CPU 90%, memory 92%, disk containerd 5% free" {
+		t.Errorf("dev-002 runs low on %q", got)
+	}
+	if u := r.Devices[1].Usage; u.CPUPercent != 25 || u.MemoryPercent != 25 || u.DiskPercent != 50 || len(u.Low) != 0 {
+		t.Errorf("dev-001 usage = %+v, want 25%% CPU and memory, 50%% disk, nothing low", u)
+	}
+	var buf bytes.Buffer
+	if err := Render(&buf, r, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{"dev-002           running low: CPU 90%, memory 92%, disk containerd 5% free", "CPU  MEMORY  DISK",
+		"25%  25%     50%", "-    -       -"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("render lacks %q:\n%s", want, out)
 		}
 	}
 }
