@@ -12,6 +12,8 @@ type metrics struct {
 	cacheRevision   prometheus.GaugeFunc
 	watchEvents     prometheus.Counter
 	eventsExpired   prometheus.Counter
+	usageReports    prometheus.Counter
+	usageBytes      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, c func() *watchCache) *metrics {
@@ -37,6 +39,14 @@ func newMetrics(reg prometheus.Registerer, c func() *watchCache) *metrics {
 			Name: "flotilla_apiserver_events_expired_total",
 			Help: "Events deleted for being older than the event TTL or past their object's share.",
 		}),
+		usageReports: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flotilla_apiserver_usage_reports_total",
+			Help: "Usage reports stored from devices (one store write each).",
+		}),
+		usageBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flotilla_apiserver_usage_report_bytes_total",
+			Help: "Bytes of the usage reports stored from devices, as they sent them.",
+		}),
 	}
 	m.watchers = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "flotilla_apiserver_watchers",
@@ -47,7 +57,7 @@ func newMetrics(reg prometheus.Registerer, c func() *watchCache) *metrics {
 		Help: "The store revision the watch cache has reached.",
 	}, func() float64 { return float64(c().revision()) })
 	if reg != nil {
-		reg.MustRegister(m.requests, m.latency, m.watchers, m.watchersDropped, m.cacheRevision, m.watchEvents, m.eventsExpired)
+		reg.MustRegister(m.requests, m.latency, m.watchers, m.watchersDropped, m.cacheRevision, m.watchEvents, m.eventsExpired, m.usageReports, m.usageBytes)
 	}
 	return m
 }

@@ -118,6 +118,8 @@ func (s *Server) serveUsageReport(w http.ResponseWriter, r *http.Request) error 
 	} else if err != nil {
 		return toStatusError(err, nil, node)
 	}
+	s.metrics.usageReports.Inc()
+	s.metrics.usageBytes.Add(float64(len(body)))
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -3,6 +3,7 @@ package apiserver_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -75,6 +76,18 @@ func TestMetricsAPIServesTheDevicesReports(t *testing.T) {
 	bad.WindowMS = 0
 	if err := postUsage(ctx, dev1, bad); !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), "w (the window in milliseconds)") {
 		t.Errorf("a report without a window: %v, want BadRequest naming w", err)
+	}
+
+	// What devices write is counted, for make bench and operators.
+	raw, err := h.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(rep)
+	for _, want := range []string{"flotilla_apiserver_usage_reports_total 1\n", fmt.Sprintf("flotilla_apiserver_usage_report_bytes_total %d\n", len(body))} {
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("the hub's /metrics lacks %q", want)
+		}
 	}
 
 	admin := metricsAs(t, h, "alice", apiserver.GroupAdmins)
