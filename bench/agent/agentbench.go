@@ -45,6 +45,9 @@ type Options struct {
 	// against the registry, then from the verdict cache. Without it the
 	// agent's trust dir is empty and nothing is verified.
 	Trust bool
+	// SkipStart leaves out the pod start latencies: only the idle and
+	// loaded figures are taken (the metrics on/off comparison).
+	SkipStart bool
 	// Log receives progress; discarded when nil.
 	Log *slog.Logger
 }
@@ -120,6 +123,9 @@ type Results struct {
 	AgentEnv []string
 	// Trust says whether images were verified.
 	Trust bool
+	// UsageReports and UsageReportBytes are what the device's usage
+	// reports wrote to the hub during the loaded sampling window.
+	UsageReports, UsageReportBytes int64
 }
 
 // Run measures; it needs root, containerd, runc, the CNI plugins and
@@ -146,42 +152,10 @@ func Run(ctx context.Context, o Options) (res Results, err error) {
 		return res, fmt.Errorf("idle memory: %w", err)
 	}
 
-	bare, err := b.newBare(ctx)
-	if err != nil {
-		return res, err
-	}
-	// A first pod and container warm caches on both paths (the image's
-	// snapshot layers, the shim binary, the agent's informers).
-	if _, err := b.startPod(ctx, "warm"); err != nil {
-		return res, err
-	}
-	if err := b.deletePods(ctx, "warm"); err != nil {
-		return res, err
-	}
-	if _, err := bare.start(ctx); err != nil {
-		return res, err
-	}
-	var pods, bares []time.Duration
-	for i := 0; i < o.Pods; i++ {
-		name := fmt.Sprintf("start-%d", i)
-		d, err := b.startPod(ctx, name)
-		if err != nil {
+	if !o.SkipStart {
+		if err := b.startLatencies(ctx, o, &res); err != nil {
 			return res, err
 		}
-		pods = append(pods, d)
-		if err := b.deletePods(ctx, name); err != nil {
-			return res, err
-		}
-		d, err = bare.start(ctx)
-		if err != nil {
-			return res, err
-		}
-		bares = append(bares, d)
-		b.log.Info("pod start", "pod", name, "ready", pods[len(pods)-1], "bare", d)
-	}
-	res.PodStart, res.Bare = summarize(pods), summarize(bares)
-	if res.Bare.P50 > 0 {
-		res.Ratio = float64(res.PodStart.P50) / float64(res.Bare.P50)
 	}
 
 	names := make([]string, o.LoadedPods)
@@ -195,13 +169,65 @@ func Run(ctx context.Context, o Options) (res Results, err error) {
 	if err := sleep(ctx, o.Settle); err != nil {
 		return res, err
 	}
+	reports, bytes, err := b.usageWritten(ctx)
+	if err != nil {
+		return res, err
+	}
 	if res.Loaded, err = b.measureMemory(ctx, o.Samples, o.SampleEvery, len(names)); err != nil {
 		return res, fmt.Errorf("memory with %d pods: %w", len(names), err)
 	}
+	reports2, bytes2, err := b.usageWritten(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.UsageReports, res.UsageReportBytes = reports2-reports, bytes2-bytes
 	if err := b.deletePods(ctx, names...); err != nil {
 		return res, err
 	}
 	return res, nil
+}
+
+// startLatencies starts Options.Pods pods one after another, each beside
+// the same container started with the bare containerd client.
+func (b *bench) startLatencies(ctx context.Context, o Options, res *Results) error {
+	bare, err := b.newBare(ctx)
+	if err != nil {
+		return err
+	}
+	// A first pod and container warm caches on both paths (the image's
+	// snapshot layers, the shim binary, the agent's informers).
+	if _, err := b.startPod(ctx, "warm"); err != nil {
+		return err
+	}
+	if err := b.deletePods(ctx, "warm"); err != nil {
+		return err
+	}
+	if _, err := bare.start(ctx); err != nil {
+		return err
+	}
+	var pods, bares []time.Duration
+	for i := 0; i < o.Pods; i++ {
+		name := fmt.Sprintf("start-%d", i)
+		d, err := b.startPod(ctx, name)
+		if err != nil {
+			return err
+		}
+		pods = append(pods, d)
+		if err := b.deletePods(ctx, name); err != nil {
+			return err
+		}
+		d, err = bare.start(ctx)
+		if err != nil {
+			return err
+		}
+		bares = append(bares, d)
+		b.log.Info("pod start", "pod", name, "ready", pods[len(pods)-1], "bare", d)
+	}
+	res.PodStart, res.Bare = summarize(pods), summarize(bares)
+	if res.Bare.P50 > 0 {
+		res.Ratio = float64(res.PodStart.P50) / float64(res.Bare.P50)
+	}
+	return nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -366,9 +392,13 @@ func (r Results) Lines() []string {
 		if m.m.RSS == 0 {
 			continue
 		}
-		out = append(out, fmt.Sprintf("%-44s %s  (target %s)  peak %s; anon %s + file %s; touched in %v: anon %s + file %s; Go heap in use %s, retained %s, stacks %s, runtime total %s; %d goroutines",
+		out = append(out, fmt.Sprintf("%-44s %s  (target %s)  peak %s; anon %s + file %s; touched in %v: anon %s + file %s; Go heap in use %s, retained %s, stacks %s, runtime total %s; %d goroutines; CPU %.2f%% of a core",
 			m.name, mb(m.m.RSS), m.target, mb(m.m.Peak), mb(m.m.Anon), mb(m.m.File), r.Window, mb(m.m.WorkingSetAnon), mb(m.m.WorkingSetFile),
-			mb(m.m.HeapInuse), mb(m.m.HeapRetained), mb(m.m.StackInuse), mb(m.m.GoSys), m.m.Goroutines))
+			mb(m.m.HeapInuse), mb(m.m.HeapRetained), mb(m.m.StackInuse), mb(m.m.GoSys), m.m.Goroutines, m.m.CPU*100))
+	}
+	if r.UsageReports > 0 {
+		out = append(out, fmt.Sprintf("%-44s %d bytes  (%d reports in %v)",
+			fmt.Sprintf("usage report per device per interval, %d pods", r.Loaded.Pods), r.UsageReportBytes/r.UsageReports, r.UsageReports, r.Window))
 	}
 	return out
 }

@@ -181,3 +181,19 @@ func requireDevice(t *testing.T) {
 	testenv.RequireContainerd(t)
 	testenv.RequireTools(t, "scripts/install-deps.sh installs it", "docker-registry", "nsenter")
 }
+
+func TestCPUTicks(t *testing.T) {
+	before, err := cpuTicks(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(50 * time.Millisecond); time.Now().Before(end); {
+	}
+	after, err := cpuTicks(os.Getpid())
+	if err != nil || after < before || after == 0 {
+		t.Errorf("CPU ticks %d then %d (%v): want them to count this busy test", before, after, err)
+	}
+	if _, err := cpuTicks(-1); err == nil {
+		t.Error("no error for a process that does not exist")
+	}
+}

@@ -39,6 +39,9 @@ type Memory struct {
 	HeapInuse, HeapRetained, StackInuse, GoSys int64
 	Goroutines                                 int
 	Pods                                       int
+	// CPU is the agent's user and system time over the sampling window,
+	// in cores.
+	CPU float64
 }
 
 // procStatus reads the kB fields of /proc/PID/status.
@@ -122,6 +125,11 @@ func (b *bench) measureMemory(ctx context.Context, n int, interval time.Duration
 		last map[string]int64
 		err  error
 	)
+	start := time.Now()
+	ticks0, err := cpuTicks(pid)
+	if err != nil {
+		return Memory{}, fmt.Errorf("reading the agent's CPU time: %w", err)
+	}
 	for i := 0; i < n; i++ {
 		if i > 0 {
 			select {
@@ -135,8 +143,13 @@ func (b *bench) measureMemory(ctx context.Context, n int, interval time.Duration
 		}
 		rss = append(rss, last["VmRSS"])
 	}
+	ticks1, err := cpuTicks(pid)
+	if err != nil {
+		return Memory{}, fmt.Errorf("reading the agent's CPU time: %w", err)
+	}
+	cpu := float64(ticks1-ticks0) / 100 / time.Since(start).Seconds()
 	sort.Slice(rss, func(i, j int) bool { return rss[i] < rss[j] })
-	m := Memory{RSS: rss[len(rss)/2], Peak: last["VmHWM"], Anon: last["RssAnon"], File: last["RssFile"] + last["RssShmem"], Pods: pods}
+	m := Memory{CPU: cpu, RSS: rss[len(rss)/2], Peak: last["VmHWM"], Anon: last["RssAnon"], File: last["RssFile"] + last["RssShmem"], Pods: pods}
 	if m.WorkingSetAnon, m.WorkingSetFile, err = referenced(pid); err != nil {
 		return m, fmt.Errorf("reading the agent's working set: %w", err)
 	}
@@ -212,4 +225,51 @@ func (b *bench) agentMetrics(ctx context.Context) (map[string]float64, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// cpuTicks is the agent's user and system time from /proc/PID/stat, in
+// clock ticks (USER_HZ, 100 a second).
+func cpuTicks(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command (field 2) may hold spaces; the fields after it do not.
+	rest := string(b)
+	if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	fs := strings.Fields(rest)
+	// fs[0] is field 3 (state): utime and stime are fields 14 and 15.
+	if len(fs) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat has %d fields after the command", pid, len(fs))
+	}
+	u, err1 := strconv.ParseInt(fs[11], 10, 64)
+	st, err2 := strconv.ParseInt(fs[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: utime %q, stime %q", pid, fs[11], fs[12])
+	}
+	return u + st, nil
+}
+
+// usageWritten reads the hub's counters of stored usage reports.
+func (b *bench) usageWritten(ctx context.Context) (reports, bytes int64, err error) {
+	raw, err := b.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("the hub's /metrics: %w", err)
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		k, v, ok := strings.Cut(l, " ")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		switch k {
+		case "flotilla_apiserver_usage_reports_total":
+			reports = int64(n)
+		case "flotilla_apiserver_usage_report_bytes_total":
+			bytes = int64(n)
+		}
+	}
+	return reports, bytes, nil
 }

@@ -31,7 +31,7 @@ import (
 )
 
 func main() {
-	only := flag.String("only", "", "comma-separated figures to run (api,apply,fanout,fleet,rollout,gitops,scheduler,proxy,etcd,binary,trust,agent,autonomy); empty runs all")
+	only := flag.String("only", "", "comma-separated figures to run (api,apply,fanout,fleet,rollout,gitops,scheduler,proxy,etcd,binary,trust,agent,metrics,autonomy); empty runs all")
 	fleetSizes := flag.String("fleet-sizes", "1000", "comma-separated fleet sizes the fleet figure simulates (1000,5000,10000 for the issue's table)")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
@@ -193,6 +193,21 @@ func main() {
 	}
 	if want("agent") {
 		fmt.Printf("%-44s %s\n", "upstream kubelet, idle and with 20 pods", upstreamKubelet(ctx))
+	}
+	if want("metrics") {
+		// What the usage figures cost the agent: the same device with
+		// metrics on and off, over a 30 s window in which an agent with
+		// them on sends two reports (a 15 s interval, a quarter of the
+		// default) and is scraped once.
+		for _, env := range [][]string{{"FLOTILLA_METRICS=true", "FLOTILLA_USAGE_INTERVAL=15s"}, {"FLOTILLA_METRICS=false"}} {
+			r, err := agentbench.Run(ctx, agentbench.Options{SkipStart: true, Samples: 31, SampleEvery: time.Second, AgentEnv: env})
+			report(fmt.Sprintf("agent metrics %v", env), err)
+			if err == nil {
+				for _, l := range r.Lines() {
+					fmt.Println(l)
+				}
+			}
+		}
 	}
 	if want("autonomy") {
 		lines, err := autonomy(ctx)
