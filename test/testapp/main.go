@@ -50,6 +50,7 @@ type config struct {
 	crashAfter    time.Duration // negative: never
 	exitCode      int
 	allocMiB      int
+	burnCPU       bool
 	startDelay    time.Duration
 	drainDelay    time.Duration
 	ignoreSigterm bool
@@ -88,6 +89,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&crashAfter, "crash-after", getenv("CRASH_AFTER"), "exit after this duration")
 	fs.IntVar(&cfg.exitCode, "exit-code", envInt("EXIT_CODE", 1), "exit code when crashing")
 	fs.IntVar(&cfg.allocMiB, "alloc-mib", envInt("ALLOC_MIB", 0), "MiB to allocate at start")
+	fs.BoolVar(&cfg.burnCPU, "burn-cpu", envBool("BURN_CPU"), "keep one CPU busy until exit")
 	fs.DurationVar(&cfg.startDelay, "start-delay", envDur("START_DELAY"), "sleep before listening")
 	fs.DurationVar(&cfg.drainDelay, "drain-delay", envDur("DRAIN_DELAY"), "serve this long after SIGTERM")
 	fs.BoolVar(&cfg.ignoreSigterm, "ignore-sigterm", envBool("IGNORE_SIGTERM"), "keep running on SIGTERM")
@@ -121,6 +123,15 @@ func newApp(cfg config, out io.Writer) *app {
 	a.failReady.Store(cfg.failReadiness)
 	a.failLive.Store(cfg.failLiveness)
 	return a
+}
+
+// burn keeps one CPU busy until ctx ends, for tests of CPU usage.
+func burn(ctx context.Context) {
+	for n := 0; ctx.Err() == nil; n++ {
+		for i := 0; i < 1e6; i++ {
+			n ^= i
+		}
+	}
 }
 
 // alloc touches every page so that the memory is resident and counted
@@ -249,6 +260,10 @@ func serve(ctx context.Context, cfg config, out io.Writer) (int, error) {
 	if cfg.allocMiB > 0 {
 		a.alloc(cfg.allocMiB)
 		fmt.Fprintf(out, "testapp: allocated %d MiB\n", cfg.allocMiB)
+	}
+	if cfg.burnCPU {
+		go burn(ctx)
+		fmt.Fprintln(out, "testapp: burning a CPU")
 	}
 	if cfg.crashAfter >= 0 {
 		time.AfterFunc(cfg.crashAfter, func() { a.exit <- cfg.exitCode })
