@@ -55,8 +55,9 @@ func freePort(t *testing.T) int {
 }
 
 // startFleet brings up a hub and devices with the demo script, and takes
-// it all down at the end of the test.
-func startFleet(t *testing.T, devices int) *fleet {
+// it all down at the end of the test. agentEnv is added to the script's
+// environment, which the agents inherit (FLOTILLA_<KEY>=value sets a key).
+func startFleet(t *testing.T, devices int, agentEnv ...string) *fleet {
 	requireTools(t)
 	f := &fleet{t: t, dir: filepath.Join(t.TempDir(), "fleet"), prefix: "flote2e", net: "10.98.0", devices: devices}
 	port := freePort(t)
@@ -64,6 +65,7 @@ func startFleet(t *testing.T, devices int) *fleet {
 		"FLOTDEMO_DIR="+f.dir, "FLOTDEMO_PREFIX="+f.prefix, "FLOTDEMO_NET="+f.net,
 		fmt.Sprintf("FLOTDEMO_REGISTRY_PORT=%d", port), fmt.Sprintf("DEVICES=%d", devices),
 		"FLOTILLA_BIN="+testbin.Dir(t), "NO_COLOR=1")
+	env = append(env, agentEnv...)
 	script := filepath.Join(testbin.ModuleRoot(), "scripts", "demo.sh")
 	down := func() {
 		cmd := exec.Command("bash", script, "down")
