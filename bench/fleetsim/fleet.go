@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"path/filepath"
 	"sync"
 	"time"
@@ -130,9 +131,26 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 }
 
 // join gets the device its identity and client, and registers its Node.
+// A join the hub refuses is an error at once; one it does not answer in
+// time, or answers 429 or 5xx (a hub busy with thousands of joins), is
+// tried again after a jittered pause, as an agent's service restarts it.
 func (d *Device) join(ctx context.Context, o Options, token, caHash string) error {
-	id, err := join.Join(ctx, join.Config{Hub: o.Admin.Host, Token: token, CAHash: caHash, NodeName: d.name,
-		DataDir: filepath.Join(o.DataDir, d.name), Log: o.Log})
+	var id *join.Identity
+	var err error
+	for attempt := 0; ; attempt++ {
+		id, err = join.Join(ctx, join.Config{Hub: o.Admin.Host, Token: token, CAHash: caHash, NodeName: d.name,
+			DataDir: filepath.Join(o.DataDir, d.name), Log: o.Log})
+		var refused *join.RefusedError
+		final := errors.As(err, &refused) && refused.Code != 429 && refused.Code < 500
+		if err == nil || final || attempt == 4 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(1+rand.IntN(5<<attempt)) * time.Second):
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("device %s: %w", d.name, err)
 	}
