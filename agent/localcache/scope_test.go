@@ -1,7 +1,6 @@
 package localcache
 
 import (
-	"flotilla.dev/flotilla/agent/hubclient/fromclientset"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"flotilla.dev/flotilla/agent/hubclient"
+	"flotilla.dev/flotilla/agent/hubclient/fromclientset"
 	"flotilla.dev/flotilla/agent/localstore"
 	"flotilla.dev/flotilla/api"
 )
