@@ -16,6 +16,7 @@ import (
 
 	"flotilla.dev/flotilla/agent/runtime"
 	"flotilla.dev/flotilla/agent/runtime/podns"
+	"flotilla.dev/flotilla/bench/procstat"
 	"flotilla.dev/flotilla/internal/testenv"
 	"flotilla.dev/flotilla/registry/trust/trusttest"
 )
@@ -38,7 +39,7 @@ func TestSummarize(t *testing.T) {
 }
 
 func TestProcStatus(t *testing.T) {
-	st, err := procStatus(os.Getpid())
+	st, err := procstat.Status(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,20 +181,4 @@ func requireDevice(t *testing.T) {
 	testenv.RequireRoot(t, "the agent benchmark: network namespace, containerd, CNI")
 	testenv.RequireContainerd(t)
 	testenv.RequireTools(t, "scripts/install-deps.sh installs it", "docker-registry", "nsenter")
-}
-
-func TestCPUTicks(t *testing.T) {
-	before, err := cpuTicks(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for end := time.Now().Add(50 * time.Millisecond); time.Now().Before(end); {
-	}
-	after, err := cpuTicks(os.Getpid())
-	if err != nil || after < before || after == 0 {
-		t.Errorf("CPU ticks %d then %d (%v): want them to count this busy test", before, after, err)
-	}
-	if _, err := cpuTicks(-1); err == nil {
-		t.Error("no error for a process that does not exist")
-	}
 }

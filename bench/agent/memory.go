@@ -17,6 +17,7 @@ import (
 
 	"flotilla.dev/flotilla/agent/runtime/podns"
 	"flotilla.dev/flotilla/api/agentapi"
+	"flotilla.dev/flotilla/bench/procstat"
 )
 
 // Memory is the agent process's memory at one point.
@@ -42,29 +43,6 @@ type Memory struct {
 	// CPU is the agent's user and system time over the sampling window,
 	// in cores.
 	CPU float64
-}
-
-// procStatus reads the kB fields of /proc/PID/status.
-func procStatus(pid int) (map[string]int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	out := map[string]int64{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		fs := strings.Fields(v)
-		if len(fs) == 2 && fs[1] == "kB" {
-			n, _ := strconv.ParseInt(fs[0], 10, 64)
-			out[k] = n << 10
-		}
-	}
-	return out, sc.Err()
 }
 
 // referenced sums the Referenced lines of /proc/PID/smaps, for mappings
@@ -126,7 +104,7 @@ func (b *bench) measureMemory(ctx context.Context, n int, interval time.Duration
 		err  error
 	)
 	start := time.Now()
-	ticks0, err := cpuTicks(pid)
+	ticks0, err := procstat.CPUTicks(pid)
 	if err != nil {
 		return Memory{}, fmt.Errorf("reading the agent's CPU time: %w", err)
 	}
@@ -138,12 +116,12 @@ func (b *bench) measureMemory(ctx context.Context, n int, interval time.Duration
 			case <-time.After(interval):
 			}
 		}
-		if last, err = procStatus(pid); err != nil {
+		if last, err = procstat.Status(pid); err != nil {
 			return Memory{}, fmt.Errorf("reading the agent's memory: %w", err)
 		}
 		rss = append(rss, last["VmRSS"])
 	}
-	ticks1, err := cpuTicks(pid)
+	ticks1, err := procstat.CPUTicks(pid)
 	if err != nil {
 		return Memory{}, fmt.Errorf("reading the agent's CPU time: %w", err)
 	}
@@ -225,31 +203,6 @@ func (b *bench) agentMetrics(ctx context.Context) (map[string]float64, error) {
 		}
 	}
 	return out, sc.Err()
-}
-
-// cpuTicks is the agent's user and system time from /proc/PID/stat, in
-// clock ticks (USER_HZ, 100 a second).
-func cpuTicks(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command (field 2) may hold spaces; the fields after it do not.
-	rest := string(b)
-	if i := strings.LastIndexByte(rest, ')'); i >= 0 {
-		rest = rest[i+1:]
-	}
-	fs := strings.Fields(rest)
-	// fs[0] is field 3 (state): utime and stime are fields 14 and 15.
-	if len(fs) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat has %d fields after the command", pid, len(fs))
-	}
-	u, err1 := strconv.ParseInt(fs[11], 10, 64)
-	st, err2 := strconv.ParseInt(fs[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: utime %q, stime %q", pid, fs[11], fs[12])
-	}
-	return u + st, nil
 }
 
 // usageWritten reads the hub's counters of stored usage reports.

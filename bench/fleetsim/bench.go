@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/pager"
+
+	"flotilla.dev/flotilla/bench/procstat"
 )
 
 // Result are the figures of one run.
@@ -104,11 +106,11 @@ func Run(ctx context.Context, admin *rest.Config, hub Hub, devices int, dataDir 
 
 	// Steady state: two Lease rounds.
 	time.Sleep(5 * time.Second)
-	hub0, self0, t0 := cpuOf(hubPID), cpuOf(os.Getpid()), time.Now()
+	hub0, self0, t0 := procstat.CPUSeconds(hubPID), procstat.CPUSeconds(os.Getpid()), time.Now()
 	time.Sleep(20 * time.Second)
 	el := time.Since(t0).Seconds()
-	r.HubCores, r.SimCores = (cpuOf(hubPID)-hub0)/el, (cpuOf(os.Getpid())-self0)/el
-	r.HubRSS, r.SimRSS = rssOf(hubPID), rssOf(os.Getpid())
+	r.HubCores, r.SimCores = (procstat.CPUSeconds(hubPID)-hub0)/el, (procstat.CPUSeconds(os.Getpid())-self0)/el
+	r.HubRSS, r.SimRSS = procstat.RSS(hubPID), procstat.RSS(os.Getpid())
 
 	ns := fmt.Sprintf("fleetsim-%d", devices)
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -146,7 +148,7 @@ func Run(ctx context.Context, admin *rest.Config, hub Hub, devices int, dataDir 
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	r.HubPeakRSS = rssOf(hubPID)
+	r.HubPeakRSS = procstat.RSS(hubPID)
 	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return r, err
@@ -225,43 +227,6 @@ func percentile(d []time.Duration, p int) time.Duration {
 	return s[min(len(s)-1, len(s)*p/100)]
 }
 
-// cpuOf is the CPU seconds process pid has used (0 when unknown).
-func cpuOf(pid int) float64 {
-	if pid == 0 {
-		return 0
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The command name may hold spaces: fields count from its ")".
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100 // USER_HZ
-}
-
-func rssOf(pid int) int64 {
-	if pid == 0 {
-		return 0
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
 // bindings records when an admin's watch of every pod of a namespace saw
 // each pod with a node.
 type bindings struct {
@@ -326,7 +291,7 @@ func restartStorm(ctx context.Context, restart func(context.Context) (int, error
 	}
 	var peak int64
 	for {
-		peak = max(peak, rssOf(pid))
+		peak = max(peak, procstat.RSS(pid))
 		back := 0
 		for _, d := range f.Devices() {
 			if d.Watching() == 3 && d.Reconnects() >= before[d]+3 {

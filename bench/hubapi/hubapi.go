@@ -7,13 +7,12 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
-	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"flotilla.dev/flotilla/bench/procstat"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -187,7 +186,7 @@ func Fanout(ctx context.Context, cfg *rest.Config, ns string, watchers, hubPID i
 	default:
 	}
 	time.Sleep(time.Second) // let every response header arrive
-	rss := rssOf(hubPID)
+	rss := procstat.RSS(hubPID)
 	cm.Data = map[string]string{"v": "1"}
 	written := time.Now()
 	if _, err := cs.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
@@ -218,24 +217,4 @@ func Fanout(ctx context.Context, cfg *rest.Config, ns string, watchers, hubPID i
 	}
 	p50, p99 := percentiles(lat)
 	return FanoutResult{Watchers: watchers, P50: p50, P99: p99, All: last, HubRSS: rss}, nil
-}
-
-func rssOf(pid int) int64 {
-	if pid == 0 {
-		return 0
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			f := strings.Fields(line)
-			if len(f) >= 2 {
-				kb, _ := strconv.ParseInt(f[1], 10, 64)
-				return kb * 1024
-			}
-		}
-	}
-	return 0
 }
