@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
@@ -310,7 +311,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// of the EndpointSlices, only this device's site's and the fleet-wide
 	// ones.
 	shared := hubclient.NewInformers(client)
-	site := a.site(store)
+	site := a.site(ctx, client, store)
 	siteSel, err := api.SiteSelector(site)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
@@ -357,28 +358,26 @@ func (a *Agent) Run(ctx context.Context) error {
 	}.Run(ctx)
 }
 
-// site is the site this device serves: its zone as configured, else as
-// its Node last said (kept in the local store, so known without the hub),
-// else none.
-func (a *Agent) site(store *localstore.Store) string {
-	if z, ok := a.cfg.Labels[api.LabelZone]; ok {
-		return z
-	}
+// site is the site this device serves: the zone of its Node, which a
+// join token or an admin gives (a device may not set it), as last stored,
+// so that a start without the hub is not held up. A device that has no
+// Node stored yet (it just joined) asks the hub, briefly; one that still
+// does not know has none until its Node is seen (watchSite).
+func (a *Agent) site(ctx context.Context, client hubclient.Interface, store *localstore.Store) string {
 	if n, ok, err := localstore.Get[corev1.Node](store, localstore.Nodes, "", a.cfg.NodeName); err == nil && ok {
+		return api.SiteOf(n)
+	}
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if n, err := client.CoreV1().Nodes().Get(gctx, a.cfg.NodeName, metav1.GetOptions{}); err == nil {
 		return api.SiteOf(n)
 	}
 	return ""
 }
 
 // watchSite returns ErrSiteChanged when this device's Node is seen on
-// another site than site. A zone the agent configures itself is its own
-// to keep (the Node loop puts it back), so only a site given by a join
-// token or an admin is watched.
+// another site than site (an admin moved it).
 func (a *Agent) watchSite(ctx context.Context, shared *hubclient.Informers, store *localstore.Store, site string) error {
-	if _, ok := a.cfg.Labels[api.LabelZone]; ok {
-		<-ctx.Done()
-		return nil
-	}
 	moved := make(chan *corev1.Node, 1)
 	seen := func(obj any) {
 		if n, ok := obj.(*corev1.Node); ok && n.Name == a.cfg.NodeName && api.SiteOf(n) != site {

@@ -33,7 +33,7 @@
 // outlive it) applies it cleanly.
 //
 // The device serves its site's EndpointSlices (api.SiteSelector): the
-// zone of its config's labels, else of its Node as last seen. When the
-// Node moves to another site, Run returns ErrSiteChanged and the next Run
-// serves the new one.
+// zone of its Node, as the hub has it or, without the hub, as last stored.
+// When the Node moves to another site, Run returns ErrSiteChanged and the
+// next Run serves the new one.
 package agent
