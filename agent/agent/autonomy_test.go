@@ -148,6 +148,11 @@ func TestStaticPodsWithoutHub(t *testing.T) {
 	d.asNode() // mirror pods are the device's to make
 	d.start()
 	d.assignPodCIDR("10.88.10.0/24")
+	// The hub goes away only once the device has its pod CIDR: a device
+	// that never got one has no pod network to run pods on.
+	waitFor(t, "the agent to take its pod CIDR", 60*time.Second, func() bool {
+		return readCIDR(filepath.Join(d.cfg.DataDir, podCIDRFile)) != ""
+	})
 	d.hub.Stop()
 	path := d.writeStaticPod("edge-cache")
 	mirror := "edge-cache-" + d.name
