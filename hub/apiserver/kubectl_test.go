@@ -17,20 +17,7 @@ import (
 // server-side columns, explain, patch, logs of a strict-validation error,
 // and delete.
 func TestKubectlWorksUnchanged(t *testing.T) {
-	kubectl := testbin.Kubectl(t)
-	h := hubtest.Start(t)
-	dir := t.TempDir()
-	run := func(args ...string) (string, error) {
-		cmd := exec.Command(kubectl, append([]string{"--kubeconfig", h.KubeconfigPath()}, args...)...)
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
-	manifest := filepath.Join(dir, "app.yaml")
-	write := func(s string) {
-		if err := os.WriteFile(manifest, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	run, manifest, write := kubectlOnHub(t)
 	app := `apiVersion: apps/v1
 kind: Deployment
 metadata: {name: web}
@@ -95,20 +82,7 @@ spec:
 // --force-conflicts, and --dry-run=server writes nothing. A flotilla.dev
 // kind is applied the same way.
 func TestKubectlServerSideApply(t *testing.T) {
-	kubectl := testbin.Kubectl(t)
-	h := hubtest.Start(t)
-	dir := t.TempDir()
-	run := func(args ...string) (string, error) {
-		cmd := exec.Command(kubectl, append([]string{"--kubeconfig", h.KubeconfigPath()}, args...)...)
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
-	manifest := filepath.Join(dir, "app.yaml")
-	write := func(s string) {
-		if err := os.WriteFile(manifest, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	run, manifest, write := kubectlOnHub(t)
 	app := `apiVersion: apps/v1
 kind: Deployment
 metadata: {name: web}
@@ -170,4 +144,24 @@ spec:
 	if err != nil || out != "release https://git.example.com/fleet.git" {
 		t.Fatalf("GitSource after apply: %v %q", err, out)
 	}
+}
+
+// kubectlOnHub starts a hub for upstream kubectl: run runs kubectl
+// against it, write puts a manifest at the path it returns.
+func kubectlOnHub(t *testing.T) (run func(args ...string) (string, error), manifest string, write func(string)) {
+	t.Helper()
+	kubectl := testbin.Kubectl(t)
+	h := hubtest.Start(t)
+	run = func(args ...string) (string, error) {
+		cmd := exec.Command(kubectl, append([]string{"--kubeconfig", h.KubeconfigPath()}, args...)...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	manifest = filepath.Join(t.TempDir(), "app.yaml")
+	write = func(s string) {
+		if err := os.WriteFile(manifest, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return run, manifest, write
 }
