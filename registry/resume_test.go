@@ -138,11 +138,15 @@ func TestInterruptedPullResumes(t *testing.T) {
 	size := head.ContentLength
 	rs := tap.ranges[layer]
 	last := rs[len(rs)-1]
-	if want := fmt.Sprintf("bytes=%d-", cut); last != want {
-		t.Fatalf("Range headers of the layer: %q, want the second pull's to be %q", rs, want)
+	// The registry wrote cut bytes before the link dropped, but the last of
+	// them may still have been in flight: the device resumes from what it
+	// actually holds, which is some offset after the start and at most cut.
+	var from int64
+	if _, err := fmt.Sscanf(last, "bytes=%d-", &from); err != nil || from <= 0 || from > cut {
+		t.Fatalf("Range headers of the layer: %q, want the second pull's to resume within the first %d bytes already fetched", rs, cut)
 	}
-	if again != size-cut || !got.Fetched {
-		t.Fatalf("the second pull fetched %d bytes of the %d-byte layer (%d served before); want the %d left", again, size, first, size-cut)
+	if again != size-from || !got.Fetched {
+		t.Fatalf("the second pull fetched %d bytes of the %d-byte layer (resumed at %d); want the %d left", again, size, from, size-from)
 	}
 	t.Logf("layer %s: %d bytes before the cut, %d after (Range %s)", layer, first, again, last)
 

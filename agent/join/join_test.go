@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 
 	"flotilla.dev/flotilla/agent/join"
 	"flotilla.dev/flotilla/hub/audit"
@@ -305,8 +306,18 @@ func TestRenewalAndOfflineRestart(t *testing.T) {
 		t.Errorf("the renewal key is still kept after the renewal (%v)", err)
 	}
 	// The renewed identity keeps working for the device's own writes.
-	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
-	if _, err := dev.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+	// Another writer (the renewal recording the key on the Node) may still be
+	// finishing, so a conflict is retried on a fresh read, as an agent does.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := dev.CoreV1().Nodes().Get(ctx, "gw-1", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+		_, err = dev.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		t.Errorf("status update with the renewed certificate: %v", err)
 	}
 	cancel()
