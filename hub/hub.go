@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,6 +67,10 @@ type Config struct {
 	// NodeCertTTL is the lifetime of device certificates
 	// (--node-cert-ttl); join.DefaultNodeCertTTL when zero.
 	NodeCertTTL time.Duration
+	// Profiling serves Go's profiles under /debug/pprof/ to admins
+	// (--profiling, on by default as kube-apiserver's): what a hub under
+	// load spends its CPU and memory on is then one `go tool pprof` away.
+	Profiling bool
 	// AdvertiseURL is the API URL written into kubeconfigs; derived from
 	// Listen when empty.
 	AdvertiseURL string
@@ -83,6 +88,10 @@ type Config struct {
 	Limits apiserver.Limits
 	Log    *slog.Logger
 }
+
+// PathProfiles is where --profiling serves Go's profiles (net/http/pprof:
+// /debug/pprof/heap, /debug/pprof/profile?seconds=30, ...).
+const PathProfiles = "/debug/pprof/"
 
 // Store kinds.
 const (
@@ -192,6 +201,9 @@ func New(cfg Config) (*Hub, error) {
 	extra := oapi.Handlers()
 	for path, hd := range joiner.Handlers() {
 		extra[path] = hd
+	}
+	if cfg.Profiling {
+		extra[PathProfiles] = profiles()
 	}
 	public := append([]string(nil), join.PublicPaths...)
 	for prefix, hd := range cfg.Public {
@@ -481,4 +493,17 @@ func shutdown(s *http.Server) {
 	if err := s.Shutdown(ctx); err != nil {
 		_ = s.Close()
 	}
+}
+
+// profiles serves net/http/pprof's pages on a mux of their own: the
+// package also registers them on http.DefaultServeMux, which the hub never
+// serves.
+func profiles() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc(PathProfiles, pprof.Index)
+	mux.HandleFunc(PathProfiles+"cmdline", pprof.Cmdline)
+	mux.HandleFunc(PathProfiles+"profile", pprof.Profile)
+	mux.HandleFunc(PathProfiles+"symbol", pprof.Symbol)
+	mux.HandleFunc(PathProfiles+"trace", pprof.Trace)
+	return mux
 }

@@ -85,6 +85,7 @@ func newServe() *cobra.Command {
 				NodeCertTTL:        v.GetDuration("node-cert-ttl"),
 				EventTTL:           v.GetDuration("event-ttl"),
 				AdvertiseURL:       v.GetString("advertise-url"),
+				Profiling:          v.GetBool("profiling"),
 				RunLoops:           true,
 				Loops:              hubLoops,
 				Public:             public,
@@ -116,6 +117,7 @@ func newServe() *cobra.Command {
 	f.String("etcd-certfile", "", "the hub's client certificate for etcd (with --etcd-keyfile)")
 	f.String("etcd-keyfile", "", "the key of --etcd-certfile")
 	f.String("etcd-prefix", etcdstore.DefaultPrefix, "the etcd key prefix; hubs of one fleet use the same one")
+	f.Bool("profiling", true, "serve Go's CPU, heap and goroutine profiles to admins under "+hub.PathProfiles+" (kube-apiserver's --profiling)")
 	addSourceFlags(f)
 	return cmd
 }

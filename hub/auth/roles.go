@@ -114,6 +114,10 @@ func (z *Authorizer) Authorize(ctx context.Context, a apiserver.Attributes) (boo
 
 func authorizeViewer(a apiserver.Attributes) (bool, string) {
 	if a.Resource == "" {
+		if strings.HasPrefix(a.Path, "/debug/") {
+			// Profiles show the hub's goroutines with their arguments.
+			return false, "viewer rule: the hub's profiles (/debug/) are for admins"
+		}
 		if a.Verb == "get" || a.Verb == "head" {
 			return true, "viewer: read"
 		}

@@ -56,6 +56,8 @@ func TestAuthorizerRoles(t *testing.T) {
 		{&apiserver.UserInfo{Name: "v", Groups: []string{GroupViewers}}, apiserver.Attributes{Verb: "get", Resource: "secrets"}, false, "except Secrets"},
 		{&apiserver.UserInfo{Name: "v", Groups: []string{GroupViewers}}, apiserver.Attributes{Verb: "create", Resource: "pods", Subresource: "exec"}, false, "only read"},
 		{&apiserver.UserInfo{Name: "v", Groups: []string{GroupViewers}}, apiserver.Attributes{Verb: "post", Path: "/join/v1/user"}, false, "only read"},
+		{&apiserver.UserInfo{Name: "v", Groups: []string{GroupViewers}}, apiserver.Attributes{Verb: "get", Path: "/metrics"}, true, "viewer"},
+		{&apiserver.UserInfo{Name: "v", Groups: []string{GroupViewers}}, apiserver.Attributes{Verb: "get", Path: "/debug/pprof/heap"}, false, "for admins"},
 		{&apiserver.UserInfo{Name: "system:node:a", Groups: []string{GroupNodes}}, apiserver.Attributes{Verb: "post", Path: "/join/v1/renew"}, true, "renew"},
 		{&apiserver.UserInfo{Name: "system:node:a", Groups: []string{GroupNodes}}, apiserver.Attributes{Verb: "get", Path: "/metrics"}, false, "node rule"},
 		{&apiserver.UserInfo{Name: "mallory", Groups: []string{GroupNodes}}, apiserver.Attributes{Verb: "list", Resource: "nodes"}, false, "device identities"},

@@ -68,6 +68,8 @@ type Options struct {
 	// default namespace runs host-network and hostPath pods would: the
 	// agent's tests run such pods there.
 	RestrictDefaultNamespace bool
+	// Profiling serves /debug/pprof/ (hub.Config.Profiling).
+	Profiling bool
 }
 
 // Start runs a hub until the test ends.
@@ -94,6 +96,7 @@ func Start(t testing.TB, opts ...Options) *Hub {
 		DataDir: o.DataDir, Listen: o.Listen, RunLoops: len(o.Loops) > 0, Loops: o.Loops,
 		AllowTagImages: o.AllowTagImages, Images: o.Images, Log: o.Log, Store: o.Store, Etcd: o.Etcd,
 		Limits: o.Limits, EventTTL: o.EventTTL, MaxEventBytesPerObject: o.MaxEventBytesPerObject,
+		Profiling: o.Profiling,
 	})
 	if err != nil {
 		t.Fatalf("starting a hub: %v", err)
