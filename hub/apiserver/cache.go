@@ -186,9 +186,11 @@ func (c *watchCache) loadAndFollow(ctx context.Context, first bool) error {
 	c.ringLen = 0
 	if !first {
 		for _, ws := range c.watchers {
+			ws.mu.Lock()
 			for w := range ws.all {
-				c.dropLocked(w)
+				c.dropLocked(ws, w)
 			}
+			ws.mu.Unlock()
 		}
 	}
 	c.broadcastLocked()
@@ -283,11 +285,14 @@ func (c *watchCache) apply(ev store.Event) {
 // dispatchLocked offers ce to the watchers it may concern; one whose
 // buffer is full has fallen behind and is dropped.
 func (c *watchCache) dispatchLocked(ce *cacheEvent) {
-	c.watchers[ce.res].each(ce, func(w *cacheWatcher) {
+	ws := c.watchers[ce.res]
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.each(ce, func(w *cacheWatcher) {
 		select {
 		case w.ch <- ce:
 		default:
-			c.dropLocked(w)
+			c.dropLocked(ws, w)
 		}
 	})
 }
@@ -308,12 +313,13 @@ func (c *watchCache) pushLocked(ce *cacheEvent) {
 	c.ringLen++
 }
 
-func (c *watchCache) dropLocked(w *cacheWatcher) {
+// dropLocked: with c.mu and ws.mu held.
+func (c *watchCache) dropLocked(ws *watcherSet, w *cacheWatcher) {
 	if w.dropped {
 		return
 	}
 	w.dropped = true
-	c.watchers[w.res].remove(w)
+	ws.removeLocked(w)
 	close(w.ch)
 	if c.metrics != nil {
 		c.metrics.watchersDropped.Inc()
@@ -469,9 +475,13 @@ var errTooOld = errors.New("too old resource version")
 // subscribe registers a watcher of res. With initial, the backlog is the
 // current state (as synthetic ADDED events); otherwise it is every event
 // after fromRev still in the window, or errTooOld.
+// subscribe holds the cache's read lock only: events are applied under
+// its write lock, so the backlog and the watcher's filing are still one
+// step to them, while the watches of a reconnecting fleet subscribe side
+// by side (the watcher set has its own lock for that).
 func (c *watchCache) subscribe(res *api.Resource, fromRev int64, initial bool, f *filter) (*cacheWatcher, []*cacheEvent, int64, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	var backlog []*cacheEvent
 	if initial {
 		keys := make([]string, 0)
@@ -490,9 +500,13 @@ func (c *watchCache) subscribe(res *api.Resource, fromRev int64, initial bool, f
 		if fromRev < c.oldest {
 			return nil, nil, 0, fmt.Errorf("%w: %d (the oldest this hub can resume from is %d)", errTooOld, fromRev, c.oldest)
 		}
-		for i := 0; i < c.ringLen; i++ {
-			ev := c.ring[(c.ringHead+i)%c.window]
-			if ev.rev > fromRev && ev.res == res {
+		// The ring is in revision order: a watch resuming from a recent
+		// revision (every agent after a hub restart) looks at the events
+		// after it only, not at the whole window.
+		at := func(i int) *cacheEvent { return c.ring[(c.ringHead+i)%c.window] }
+		first := sort.Search(c.ringLen, func(i int) bool { return at(i).rev > fromRev })
+		for i := first; i < c.ringLen; i++ {
+			if ev := at(i); ev.res == res {
 				backlog = append(backlog, ev)
 			}
 		}
@@ -503,11 +517,12 @@ func (c *watchCache) subscribe(res *api.Resource, fromRev int64, initial bool, f
 }
 
 func (c *watchCache) unsubscribe(w *cacheWatcher) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	ws := c.watchers[w.res]
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
 	if !w.dropped {
 		w.dropped = true
-		c.watchers[w.res].remove(w)
+		ws.removeLocked(w)
 	}
 }
 
@@ -516,7 +531,9 @@ func (c *watchCache) watcherCount() int {
 	defer c.mu.RUnlock()
 	n := 0
 	for _, ws := range c.watchers {
+		ws.mu.Lock()
 		n += len(ws.all)
+		ws.mu.Unlock()
 	}
 	return n
 }

@@ -1,6 +1,8 @@
 package apiserver
 
 import (
+	"sync"
+
 	"k8s.io/apimachinery/pkg/selection"
 
 	"flotilla.dev/flotilla/api"
@@ -83,7 +85,10 @@ func labelIndex(key string) watchIndex {
 }
 
 // watcherSet are the watchers of one resource, filed by index value.
+// Watches join it under the cache's read lock, so it has a lock of its
+// own; events are offered under both.
 type watcherSet struct {
+	mu    sync.Mutex
 	index watchIndex
 	// all is every watcher; unfiled those that pin no index value.
 	all     map[*cacheWatcher]struct{}
@@ -97,6 +102,8 @@ func newWatcherSet(res *api.Resource) *watcherSet {
 }
 
 func (s *watcherSet) add(w *cacheWatcher, f *filter) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.all[w] = struct{}{}
 	keys, ok := s.index.keys(f)
 	if !ok {
@@ -114,7 +121,7 @@ func (s *watcherSet) add(w *cacheWatcher, f *filter) {
 	}
 }
 
-func (s *watcherSet) remove(w *cacheWatcher) {
+func (s *watcherSet) removeLocked(w *cacheWatcher) {
 	delete(s.all, w)
 	delete(s.unfiled, w)
 	for _, k := range w.keys {
@@ -127,8 +134,8 @@ func (s *watcherSet) remove(w *cacheWatcher) {
 	}
 }
 
-// each calls fn once for every watcher ce may concern. fn may remove the
-// watcher it is given.
+// each calls fn once for every watcher ce may concern, with s.mu held. fn
+// may remove the watcher it is given.
 func (s *watcherSet) each(ce *cacheEvent, fn func(w *cacheWatcher)) {
 	for w := range s.unfiled {
 		fn(w)

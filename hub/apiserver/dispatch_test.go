@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -125,5 +126,64 @@ func TestSiteWatchersAreOfferedTheirSiteAndTheFleet(t *testing.T) {
 	putObject(t, st, sliceRes, slice("b", "shop-a"), true)
 	if got := fmt.Sprint(received(w)); got != "[a f f b]" {
 		t.Errorf("the shop-a watcher was offered %s, want [a f f b]", got)
+	}
+}
+
+// TestResumeBacklogAcrossTheRing: a watch resuming from a revision is
+// given exactly the events of its resource after it, wherever that
+// revision falls in a ring that has wrapped around; one from before the
+// window is refused.
+func TestResumeBacklogAcrossTheRing(t *testing.T) {
+	c, st := newTestCache(t, 8, 100)
+	pod := func(name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
+	}
+	type written struct {
+		rev int64
+		pod bool
+	}
+	var all []written
+	for i := range 13 {
+		if i%3 == 0 {
+			putConfigMap(t, st, fmt.Sprintf("cm-%d", i))
+		} else {
+			putObject(t, st, podRes, pod(fmt.Sprintf("p-%d", i)), false)
+		}
+		all = append(all, written{pod: i%3 != 0})
+	}
+	cur, err := st.Get(context.Background(), objectKey(podRes, "default", "p-11"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := cur.ModRevision + 1 // cm-12 came after p-11
+	if err := c.waitFor(context.Background(), last); err != nil {
+		t.Fatal(err)
+	}
+	for i := range all {
+		all[i].rev = last - int64(len(all)-1-i)
+	}
+	c.mu.RLock()
+	oldest := c.oldest
+	c.mu.RUnlock()
+	for from := oldest; from <= last; from++ {
+		_, backlog, _, err := c.subscribe(podRes, from, false, &filter{})
+		if err != nil {
+			t.Fatalf("resuming from %d (oldest %d): %v", from, oldest, err)
+		}
+		var got, want []int64
+		for _, ev := range backlog {
+			got = append(got, ev.rev)
+		}
+		for _, w := range all {
+			if w.pod && w.rev > from {
+				want = append(want, w.rev)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("resuming from %d: backlog %v, want %v", from, got, want)
+		}
+	}
+	if _, _, _, err := c.subscribe(podRes, oldest-1, false, &filter{}); !errors.Is(err, errTooOld) {
+		t.Errorf("resuming from before the window (%d < %d): %v, want errTooOld", oldest-1, oldest, err)
 	}
 }
