@@ -91,13 +91,79 @@ type watchCache struct {
 	usage map[string]*storedUsage
 }
 
+// cacheWatcher is one watch's queue of events. It holds what the watch
+// has not sent yet, up to limit, instead of a channel of that capacity: a
+// fleet's watchers are idle almost always, and a channel of 1,000 events
+// is 8 KiB per watch whether used or not (three watches per device).
 type cacheWatcher struct {
 	res *api.Resource
-	ch  chan *cacheEvent
-	// closed by the cache when the watcher fell behind.
+	// ready holds a token whenever the queue has events or the watcher
+	// was closed.
+	ready chan struct{}
+	limit int
+
+	mu     sync.Mutex
+	queue  []*cacheEvent
+	closed bool // by the cache when the watcher fell behind
+
+	// dropped and keys belong to the watcher set (under its lock):
+	// whether it was removed, and the index values it is filed under
+	// (dispatch.go).
 	dropped bool
-	// keys are the index values it is filed under (dispatch.go).
-	keys []string
+	keys    []string
+}
+
+func newCacheWatcher(res *api.Resource, limit int) *cacheWatcher {
+	return &cacheWatcher{res: res, ready: make(chan struct{}, 1), limit: limit}
+}
+
+// offer queues ce; false when the queue is full.
+func (w *cacheWatcher) offer(ce *cacheEvent) bool {
+	w.mu.Lock()
+	if len(w.queue) >= w.limit {
+		w.mu.Unlock()
+		return false
+	}
+	w.queue = append(w.queue, ce)
+	w.mu.Unlock()
+	w.signal()
+	return true
+}
+
+func (w *cacheWatcher) close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.signal()
+}
+
+func (w *cacheWatcher) signal() {
+	select {
+	case w.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the queued events, oldest first, and whether the watcher
+// is still open (false once it was closed and this is its last batch).
+// spare, the slice of the previous take, is reused for the next events;
+// one grown by a burst is let go.
+func (w *cacheWatcher) take(spare []*cacheEvent) ([]*cacheEvent, bool) {
+	if cap(spare) > 64 {
+		spare = nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	evs := w.queue
+	w.queue = spare[:0]
+	return evs, !w.closed
+}
+
+// pending is how many events wait to be sent.
+func (w *cacheWatcher) pending() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.queue)
 }
 
 func newWatchCache(log *slog.Logger, st store.Store, window, bufferSize int, m *metrics) *watchCache {
@@ -289,9 +355,7 @@ func (c *watchCache) dispatchLocked(ce *cacheEvent) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	ws.each(ce, func(w *cacheWatcher) {
-		select {
-		case w.ch <- ce:
-		default:
+		if !w.offer(ce) {
 			c.dropLocked(ws, w)
 		}
 	})
@@ -320,7 +384,7 @@ func (c *watchCache) dropLocked(ws *watcherSet, w *cacheWatcher) {
 	}
 	w.dropped = true
 	ws.removeLocked(w)
-	close(w.ch)
+	w.close()
 	if c.metrics != nil {
 		c.metrics.watchersDropped.Inc()
 	}
@@ -511,7 +575,7 @@ func (c *watchCache) subscribe(res *api.Resource, fromRev int64, initial bool, f
 			}
 		}
 	}
-	w := &cacheWatcher{res: res, ch: make(chan *cacheEvent, c.bufferSize)}
+	w := newCacheWatcher(res, c.bufferSize)
 	c.watchers[res].add(w, f)
 	return w, backlog, c.rev, nil
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,7 +63,7 @@ func TestSlowWatcherIsDropped(t *testing.T) {
 	got := make(chan int, 100)
 	go func() {
 		n := 0
-		for range fast.ch {
+		for range events(fast) {
 			n++
 			got <- n
 		}
@@ -76,7 +77,7 @@ func TestSlowWatcherIsDropped(t *testing.T) {
 	}
 	// The slow watcher's channel was closed after 4 buffered events.
 	n := 0
-	for range slow.ch {
+	for range events(slow) {
 		n++
 	}
 	if n != 4 {
@@ -121,4 +122,28 @@ func TestResumeOutsideWindow(t *testing.T) {
 	if &backlog[0].line()[0] != &backlog[0].line()[0] {
 		t.Error("an event was encoded twice")
 	}
+}
+
+var testFeeds sync.Map // *cacheWatcher → chan *cacheEvent
+
+// events is w's queue as a channel, closed once w was dropped and its last
+// events were read (tests only; one feed per watcher).
+func events(w *cacheWatcher) <-chan *cacheEvent {
+	ch := make(chan *cacheEvent)
+	if prev, loaded := testFeeds.LoadOrStore(w, ch); loaded {
+		return prev.(chan *cacheEvent)
+	}
+	go func() {
+		defer close(ch)
+		for range w.ready {
+			evs, open := w.take(nil)
+			for _, ev := range evs {
+				ch <- ev
+			}
+			if !open {
+				return
+			}
+		}
+	}()
+	return ch
 }

@@ -49,7 +49,7 @@ func received(w *cacheWatcher) []string {
 	var out []string
 	for {
 		select {
-		case ev := <-w.ch:
+		case ev := <-events(w):
 			out = append(out, ev.cur.obj.(metav1.Object).GetName())
 		case <-time.After(200 * time.Millisecond):
 			return out

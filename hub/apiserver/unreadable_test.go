@@ -85,7 +85,7 @@ func TestUnreadableObjectsAreSetAside(t *testing.T) {
 	next := func(typ watch.EventType, rev int64) {
 		t.Helper()
 		select {
-		case ev := <-w.ch:
+		case ev := <-events(w):
 			if ev.typ != typ || ev.key != "default/ok" || (rev != 0 && ev.cur.rev != rev) {
 				t.Fatalf("event %s %s at %d, want %s at %d", ev.typ, ev.key, ev.cur.rev, typ, rev)
 			}
@@ -129,9 +129,9 @@ func TestUnreadableObjectsAreSetAside(t *testing.T) {
 		t.Errorf("a deleted unreadable object still fails reads: %v", err)
 	}
 	select {
-	case ev := <-w.ch:
+	case ev := <-events(w):
 		t.Errorf("unexpected event %s %s", ev.typ, ev.key)
-	default:
+	case <-time.After(200 * time.Millisecond):
 	}
 
 	// A reload reports only what it did not know at that revision.

@@ -128,31 +128,35 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, ri *request
 		defer t.Stop()
 		tick = t.C
 	}
+	var batch []*cacheEvent
 	for {
 		select {
-		case ev, ok := <-watcher.ch:
-			if !ok {
+		case <-watcher.ready:
+			var open bool
+			batch, open = watcher.take(batch)
+			for _, ev := range batch {
+				if ev.rev <= fromRev {
+					// Only before the hub reaches a resourceVersion it
+					// had not reached when the watch began.
+					continue
+				}
+				lastRev = ev.rev
+				if !allowed() {
+					// Ending the stream sends the client back to a new
+					// watch, which is refused with the reason.
+					return nil
+				}
+				if line := enc.encode(ev, f); line != nil && !send(line) {
+					return nil
+				}
+			}
+			clear(batch) // the events are the cache's to let go
+			if !open {
 				// The watcher fell behind and was dropped: ending the
 				// stream makes the client re-watch or re-list.
 				return nil
 			}
-			if ev.rev <= fromRev {
-				// Only before the hub reaches a resourceVersion it had
-				// not reached when the watch began.
-				continue
-			}
-			lastRev = ev.rev
-			if !allowed() {
-				// Ending the stream sends the client back to a new
-				// watch, which is refused with the reason.
-				return nil
-			}
-			if line := enc.encode(ev, f); line != nil && !send(line) {
-				return nil
-			}
-			if len(watcher.ch) == 0 {
-				flush()
-			}
+			flush()
 		case <-tick:
 			if rev, caughtUp := s.cache.quiescentRev(watcher); caughtUp && rev > lastRev {
 				lastRev = rev
@@ -226,7 +230,7 @@ func (s *Server) watchTimeout(v string) (time.Duration, error) {
 func (c *watchCache) quiescentRev(w *cacheWatcher) (int64, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.rev, len(w.ch) == 0
+	return c.rev, w.pending() == 0
 }
 
 // eventEncoder turns cache events into watch stream lines as one watcher
