@@ -216,6 +216,7 @@ func (id *Identity) Run(ctx context.Context, hubURLs ...string) error {
 // with the same key, which the hub then recognizes.
 func (id *Identity) Renew(ctx context.Context, hubURL string) error {
 	c := &client{hub: hubURL, http: &http.Client{Transport: &http.Transport{TLSClientConfig: id.TLSConfig()}, Timeout: requestTimeout}}
+	defer c.close()
 	key, err := id.nextKey()
 	if err != nil {
 		return err

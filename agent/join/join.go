@@ -98,6 +98,7 @@ func Join(ctx context.Context, cfg Config) (*Identity, error) {
 	insecure := &client{hub: cfg.Hub, http: &http.Client{Timeout: requestTimeout, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true}}}}
 	caPEM, err := insecure.get(ctx, agentapi.PathCA)
+	insecure.close()
 	if err != nil {
 		return nil, fmt.Errorf("join: fetching the hub CA from %s: %w", cfg.Hub, err)
 	}
@@ -110,6 +111,7 @@ func Join(ctx context.Context, cfg Config) (*Identity, error) {
 	}
 	pinned := &client{hub: cfg.Hub, http: &http.Client{Timeout: requestTimeout, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool}}}}
+	defer pinned.close()
 	csrPEM, keyPEM, err := newCSR(cfg.NodeName)
 	if keepKey != nil {
 		csrPEM, keyPEM, err = csrFor(cfg.NodeName, keepKey)
@@ -178,6 +180,11 @@ type client struct {
 	hub  string
 	http *http.Client
 }
+
+// close lets go of the client's kept-alive connection: a join or renewal
+// is one request, and an idle connection left open costs the hub a
+// goroutine and buffers per device until its idle timeout.
+func (c *client) close() { c.http.CloseIdleConnections() }
 
 func (c *client) url(path string) string { return strings.TrimSuffix(c.hub, "/") + path }
 

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -128,9 +130,15 @@ func TestJoinEndToEnd(t *testing.T) {
 		t.Error("the token has no expiry, but --ttl defaults to 24h")
 	}
 	agentDir := t.TempDir()
+	before := connsTo(t, h.url)
 	id, err := join.Join(ctx, join.Config{Hub: h.url, Token: tok.Token, CAHash: tok.CAHash, NodeName: "kiosk-1", DataDir: agentDir})
 	if err != nil {
 		t.Fatalf("join: %v", err)
+	}
+	// A join is two requests; a connection it kept would cost the hub a
+	// goroutine and buffers per device until the hub's idle timeout.
+	if after := connsTo(t, h.url); after != before {
+		t.Errorf("the join left %d connections to the hub open", after-before)
 	}
 	if id.NodeName() != "kiosk-1" {
 		t.Errorf("node name %q", id.NodeName())
@@ -324,4 +332,48 @@ func TestRenewalAndOfflineRestart(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
 	}
+}
+
+// connsTo counts this process's established TCP connections to the port
+// of hubURL (from /proc: the socket inodes of /proc/self/net/tcp* that
+// are among this process's file descriptors).
+func connsTo(t *testing.T, hubURL string) int {
+	t.Helper()
+	u, err := url.Parse(hubURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inodes := map[string]bool{}
+	for _, f := range []string{"/proc/self/net/tcp", "/proc/self/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fs := strings.Fields(line)
+			if len(fs) < 10 || fs[3] != "01" { // ESTABLISHED
+				continue
+			}
+			_, remote, _ := strings.Cut(fs[2], ":")
+			if p, err := strconv.ParseInt(remote, 16, 32); err == nil && int(p) == port {
+				inodes[fs[9]] = true
+			}
+		}
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("counting connections needs /proc: %v", err)
+	}
+	n := 0
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
+		if inode, ok := strings.CutPrefix(target, "socket:["); err == nil && ok && inodes[strings.TrimSuffix(inode, "]")] {
+			n++
+		}
+	}
+	return n
 }
