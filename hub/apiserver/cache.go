@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -44,11 +46,43 @@ type cacheEvent struct {
 
 	once    sync.Once
 	encoded []byte
+
+	// The same in protobuf, for the watchers that ask for it: the object
+	// and the event's frame.
+	protoOnce  sync.Once
+	protoObj   []byte
+	protoFrame []byte
 }
 
 func (e *cacheEvent) line() []byte {
 	e.once.Do(func() { e.encoded = watchLine(e.typ, e.cur.raw) })
 	return e.encoded
+}
+
+// protobuf is the changed object in protobuf (nil if it cannot be encoded)
+// and the event's watch frame.
+func (e *cacheEvent) protobuf() (obj, frame []byte) {
+	e.protoOnce.Do(func() {
+		var err error
+		if e.protoObj, err = encodeProtobuf(e.res.GVK(), e.cur.obj); err == nil {
+			e.protoFrame = watchFrame(e.typ, e.protoObj)
+		}
+	})
+	return e.protoObj, e.protoFrame
+}
+
+// watchFrame is one event of a protobuf watch stream: the length, then a
+// metav1.WatchEvent holding the object in its protobuf envelope (client-go
+// reads it with its length-delimited framer).
+func watchFrame(typ watch.EventType, obj []byte) []byte {
+	ev := metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Raw: obj}}
+	b := make([]byte, 4+ev.Size())
+	n, err := ev.MarshalToSizedBuffer(b[4:])
+	if err != nil {
+		return nil
+	}
+	binary.BigEndian.PutUint32(b, uint32(n))
+	return b
 }
 
 func watchLine(typ watch.EventType, raw []byte) []byte {

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -19,6 +20,38 @@ import (
 )
 
 var protobufSerializer = protobuf.NewSerializer(api.Scheme, api.Scheme)
+
+const (
+	mediaProtobuf       = "application/vnd.kubernetes.protobuf"
+	mediaProtobufStream = mediaProtobuf + ";stream=watch"
+)
+
+// protobufCapable: the kind has a protobuf encoding (Kubernetes' own kinds
+// do; Flotilla's are JSON only).
+func protobufCapable(res *api.Resource) bool {
+	_, ok := res.New().(interface{ Marshal() ([]byte, error) })
+	return ok
+}
+
+// encodeProtobuf writes obj in Kubernetes' protobuf envelope as gvk. The
+// cache's objects are shared, so obj is copied when its kind must be set.
+func encodeProtobuf(gvk schema.GroupVersionKind, obj runtime.Object) ([]byte, error) {
+	if obj.GetObjectKind().GroupVersionKind() != gvk {
+		obj = obj.DeepCopyObject()
+		obj.GetObjectKind().SetGroupVersionKind(gvk)
+	}
+	var b bytes.Buffer
+	if err := protobufSerializer.Encode(obj, &b); err != nil {
+		return nil, fmt.Errorf("encoding %s as protobuf: %w", gvk.Kind, err)
+	}
+	return b.Bytes(), nil
+}
+
+func writeProtobuf(w http.ResponseWriter, code int, data []byte) {
+	w.Header().Set("Content-Type", mediaProtobuf)
+	w.WriteHeader(code)
+	_, _ = w.Write(data)
+}
 
 // encodeObject writes obj as JSON with its apiVersion and kind set.
 func encodeObject(res *api.Resource, obj runtime.Object) ([]byte, error) {

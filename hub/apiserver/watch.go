@@ -27,7 +27,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, ri *request
 	if err != nil {
 		return err
 	}
-	out, err := negotiate(r)
+	out, err := negotiate(r, ri.Resource)
 	if err != nil {
 		return err
 	}
@@ -90,7 +90,11 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, ri *request
 	defer s.cache.unsubscribe(watcher)
 
 	flusher, _ := w.(http.Flusher)
-	w.Header().Set("Content-Type", "application/json")
+	if out == outputProtobuf {
+		w.Header().Set("Content-Type", mediaProtobufStream)
+	} else {
+		w.Header().Set("Content-Type", "application/json")
+	}
 	w.Header().Set("Cache-Control", "no-cache, private")
 	w.WriteHeader(http.StatusOK)
 	send := func(line []byte) bool {
@@ -271,6 +275,13 @@ func (e *eventEncoder) encode(ev *cacheEvent, f *filter) []byte {
 	case outputMetadata:
 		return encodeEvent(typ, partialMetadata(e.res, ev.cur.obj))
 	}
+	if e.out == outputProtobuf {
+		obj, frame := ev.protobuf()
+		if typ == ev.typ || obj == nil {
+			return frame
+		}
+		return watchFrame(typ, obj)
+	}
 	if typ == ev.typ {
 		return ev.line()
 	}
@@ -292,6 +303,13 @@ func (e *eventEncoder) bookmark(rev int64, initialEnd bool) []byte {
 	if e.out == outputTable {
 		// kubectl ignores bookmarks; send them as the kind itself.
 		obj.GetObjectKind().SetGroupVersionKind(e.res.GVK())
+	}
+	if e.out == outputProtobuf {
+		raw, err := encodeProtobuf(e.res.GVK(), obj)
+		if err != nil {
+			return nil
+		}
+		return watchFrame(watch.Bookmark, raw)
 	}
 	return encodeEvent(watch.Bookmark, obj)
 }
