@@ -156,6 +156,9 @@ func (d *Device) join(ctx context.Context, o Options, token, caHash string) erro
 	}
 	cfg := id.RESTConfig(o.Admin.Host)
 	cfg.QPS, cfg.Burst = 20, 40
+	// As an agent's client: protobuf both ways.
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	if d.client, err = kubernetes.NewForConfig(cfg); err != nil {
 		return err
 	}
