@@ -40,11 +40,26 @@ func encodeProtobuf(gvk schema.GroupVersionKind, obj runtime.Object) ([]byte, er
 		obj = obj.DeepCopyObject()
 		obj.GetObjectKind().SetGroupVersionKind(gvk)
 	}
-	var b bytes.Buffer
-	if err := protobufSerializer.Encode(obj, &b); err != nil {
+	// The serializer writes one slice it allocated to the object's size;
+	// kept as it is, it has no slack (the cache holds it for every event
+	// in its window).
+	var out kept
+	if err := protobufSerializer.EncodeWithAllocator(obj, &out, &runtime.SimpleAllocator{}); err != nil {
 		return nil, fmt.Errorf("encoding %s as protobuf: %w", gvk.Kind, err)
 	}
-	return b.Bytes(), nil
+	return out.b, nil
+}
+
+// kept is a writer that keeps what it is given.
+type kept struct{ b []byte }
+
+func (k *kept) Write(p []byte) (int, error) {
+	if k.b == nil {
+		k.b = p
+	} else {
+		k.b = append(k.b, p...)
+	}
+	return len(p), nil
 }
 
 func writeProtobuf(w http.ResponseWriter, code int, data []byte) {
