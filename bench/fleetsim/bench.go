@@ -294,7 +294,7 @@ func restartStorm(ctx context.Context, restart func(context.Context) (int, error
 		peak = max(peak, procstat.RSS(pid))
 		back := 0
 		for _, d := range f.Devices() {
-			if d.Watching() == 3 && d.Reconnects() >= before[d]+3 {
+			if d.Watching() == Watches && d.Reconnects() >= before[d]+Watches {
 				back++
 			}
 		}

@@ -121,6 +121,9 @@ func (d *Device) register(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("device %s: reporting its Node: %w", d.name, err)
 	}
+	// The pod CIDR comes soon after the Node; asked again with backoff, so
+	// that a fleet joining at once does not poll the hub in a storm.
+	wait := 200 * time.Millisecond
 	for {
 		n, err := nodes.Get(ctx, d.name, metav1.GetOptions{})
 		if err == nil && n.Spec.PodCIDR != "" {
@@ -136,15 +139,36 @@ func (d *Device) register(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, 5*time.Second)
 	}
 }
+
+// Watches is how many watches a device keeps: its Node, its pods, the
+// Services and its site's EndpointSlices.
+const Watches = 4
 
 // run keeps the Lease and the watches until ctx ends.
 func (d *Device) run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(1 + Watches)
+	go func() {
+		defer wg.Done()
+		// Its own Node, as an agent watches it: a Ready condition the hub
+		// turned Unknown (a Lease late under load) is reported again.
+		nodes := d.client.CoreV1().Nodes()
+		sel := fields.OneTermEqualSelector("metadata.name", d.name).String()
+		d.follow(ctx,
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.FieldSelector = sel
+				return nodes.List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.FieldSelector = sel
+				return nodes.Watch(ctx, o)
+			}, nil, func(_ watch.EventType, obj runtime.Object) { d.nodeEvent(ctx, obj) })
+	}()
 	go func() { defer wg.Done(); d.renewLeases(ctx) }()
 	go func() {
 		defer wg.Done()
@@ -309,6 +333,26 @@ func (d *Device) drain(w watch.Interface, rv string, handle func(watch.EventType
 		}
 	}
 	return rv
+}
+
+// nodeEvent reports the device Ready again when the hub says otherwise.
+func (d *Device) nodeEvent(ctx context.Context, obj runtime.Object) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	for i, c := range n.Status.Conditions {
+		if c.Type != corev1.NodeReady || c.Status == corev1.ConditionTrue {
+			continue
+		}
+		n = n.DeepCopy()
+		now := metav1.Now()
+		n.Status.Conditions[i] = corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+			Reason: "KubeletReady", Message: "simulated device", LastHeartbeatTime: now, LastTransitionTime: now}
+		// A conflict or a refusal is seen again as the next event, or
+		// corrected by the next one.
+		_, _ = d.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	}
 }
 
 func (d *Device) podEvent(typ watch.EventType, obj runtime.Object) {

@@ -173,7 +173,7 @@ func (f *Fleet) WaitWatching(ctx context.Context) error {
 	for {
 		open := 0
 		for _, d := range f.devices {
-			if d.Watching() == 3 {
+			if d.Watching() == Watches {
 				open++
 			}
 		}
