@@ -289,6 +289,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	srv, err := server.New(server.Config{
 		Listen: a.cfg.ServerListen, LogDir: a.cfg.LogDir, Certificate: cert, ClientCAs: hubCAs,
 		ContainerRunning: containerRunning(rt),
+		Streamer:         podStreamer{rt},
 		Metrics:          promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		Log:              a.log.With("component", "server"),
 	})

@@ -6,6 +6,43 @@
 // are served from the files alone, whether or not containerd or the
 // container is up.
 //
+// With a Config.Streamer it also serves the kubelet's streaming paths,
+// which the hub proxies for kubectl exec, attach and port-forward (GET or
+// POST, as kube-apiserver passes on the client's method):
+//
+//   - /exec/<ns>/<pod>/<container>?command=…&input=1&output=1&error=1&tty=1
+//     (kube-apiserver's names for the kubelet; PodExecOptions' stdin,
+//     stdout and stderr are taken too) runs the command in the running
+//     container through Streamer.Exec (containerd's task exec, with a
+//     terminal and its resizes when tty is set).
+//   - /attach/<ns>/<pod>/<container> streams the container's output from
+//     then on, read from its log: the runtime gives containers no stdin
+//     (their stdout and stderr go to the log driver), so attach with
+//     stdin is refused (400) and stdout and stderr come together.
+//   - /portForward/<ns>/<pod> forwards each connection the client opens
+//     to the port on the pod's loopback, dialled inside the pod's network
+//     namespace (Streamer.DialPod) — no socat or nsenter.
+//
+// # Streaming protocols
+//
+// exec and attach speak the remote command protocol over WebSocket
+// (v5.channel.k8s.io, which client-go and kubectl 1.30+ ask for first and
+// which can close stdin; v4.channel.k8s.io and the unversioned
+// channel.k8s.io and base64 variants) or SPDY (v4, v3 and v2; v1 is not
+// served). The framing is k8s.io/apimachinery's (httpstream/wsstream,
+// httpstream/spdy); this package maps the streams (stdin, stdout, stderr,
+// error, resize) and reports the outcome on the error stream: with v4 and
+// v5 a Status, Success or NonZeroExitCode with the exit code as its
+// ExitCode cause (kubectl: "command terminated with exit code N"), with
+// older versions the error's text. port-forward speaks portforward.k8s.io
+// over SPDY, or the same SPDY session tunneled through a WebSocket (the
+// SPDY/3.1+portforward.k8s.io subprotocol kubectl 1.30+ tries first,
+// falling back to SPDY); a port that cannot be dialled is reported on the
+// connection's error stream ("error forwarding port N to pod ns/name:
+// ..."). Sessions take over the connection (HTTP/1.1 upgrades, so the hub
+// uses HTTP/1.1 for them), have no write deadline, and end after
+// StreamIdleTimeout without traffic.
+//
 // # Who may call
 //
 // Only the hub. The server asks for a client certificate and checks it on

@@ -80,6 +80,9 @@ type Config struct {
 	// Metrics, when set, is served on /metrics (to the hub only, like
 	// everything but /healthz).
 	Metrics http.Handler
+	// Streamer runs /exec and /portForward sessions (/attach needs only
+	// the logs); without it those paths are not served.
+	Streamer Streamer
 	// Poll is how often a followed log is checked; DefaultPoll when zero.
 	Poll time.Duration
 	// ReadTimeout bounds a request's headers and body (the agent's
@@ -142,6 +145,15 @@ func New(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
 	mux.Handle("GET /containerLogs/{namespace}/{pod}/{container}", s.authenticated(http.HandlerFunc(s.serveLogs)))
+	if cfg.Streamer != nil {
+		// GET and POST, as the kubelet: kube-apiserver and the hub pass on
+		// the client's method, and kubectl POSTs exec and attach.
+		for _, m := range []string{"GET", "POST"} {
+			mux.Handle(m+" /exec/{namespace}/{pod}/{container}", s.authenticated(http.HandlerFunc(s.serveExec)))
+			mux.Handle(m+" /attach/{namespace}/{pod}/{container}", s.authenticated(http.HandlerFunc(s.serveAttach)))
+			mux.Handle(m+" /portForward/{namespace}/{pod}", s.authenticated(http.HandlerFunc(s.servePortForward)))
+		}
+	}
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", s.authenticated(cfg.Metrics))
 	}
@@ -208,12 +220,23 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) writeDeadlines(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var d time.Time
-		if !strings.HasPrefix(r.URL.Path, "/containerLogs/") {
+		if !isStreaming(r.URL.Path) {
 			d = time.Now().Add(s.cfg.WriteTimeout)
 		}
 		_ = http.NewResponseController(w).SetWriteDeadline(d)
 		next.ServeHTTP(w, r)
 	})
+}
+
+// isStreaming says whether a path's answer streams for as long as the
+// client likes: logs, and the sessions that take over the connection.
+func isStreaming(path string) bool {
+	for _, p := range []string{"/containerLogs/", "/exec/", "/attach/", "/portForward/"} {
+		if strings.HasPrefix(path, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // authenticated lets through requests whose client certificate chains to

@@ -29,5 +29,6 @@
 // Helper mode, for exec probes and lifecycle hooks inside an image that has
 // nothing but this binary: "testapp exit N", "testapp cat FILE",
 // "testapp append FILE TEXT", "testapp echo ARGS...", "testapp sleep D",
-// "testapp get URL" (exit 0 on a 2xx answer).
+// "testapp get URL" (exit 0 on a 2xx answer), "testapp winsize" (the
+// size of the terminal on stdin, for exec -t).
 package main

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func main() {
@@ -352,6 +354,21 @@ func helper(args []string, stdout, stderr io.Writer) int {
 	case "echo":
 		fmt.Fprintln(stdout, strings.Join(args[1:], " "))
 		return 0
+	case "winsize":
+		// winsize: the size of the terminal on stdin, once it has one
+		// (an exec's first resize may come after the start).
+		for range 100 {
+			ws, err := unix.IoctlGetWinsize(0, unix.TIOCGWINSZ)
+			if err != nil {
+				return fail("stdin is not a terminal: %v", err)
+			}
+			if ws.Col != 0 {
+				fmt.Fprintf(stdout, "%dx%d\n", ws.Col, ws.Row)
+				return 0
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		return fail("the terminal has no size after 5s")
 	case "sleep":
 		// sleep DURATION [EXIT]: a Job's pod that ends with EXIT after a
 		// while.
