@@ -224,6 +224,7 @@ func New(cfg Config) (*Hub, error) {
 		Images:                 cfg.Images,
 		PodSecurity:            podSecurity(cfg.PodSecurityDefault),
 		PodLogs:                apiserver.AgentPodLogs(p.AdminCredentials),
+		AgentConn:              apiserver.AgentConn(p.AdminCredentials),
 		Limits:                 cfg.Limits,
 		EventTTL:               cfg.EventTTL,
 		MaxEventBytesPerObject: cfg.MaxEventBytesPerObject,

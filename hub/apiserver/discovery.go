@@ -126,7 +126,11 @@ func resourceList(gv schema.GroupVersion) *metav1.APIResourceList {
 		if r.Kind == "Pod" {
 			list.APIResources = append(list.APIResources,
 				metav1.APIResource{Name: "pods/binding", Namespaced: true, Kind: "Binding", Verbs: metav1.Verbs{"create"}},
-				metav1.APIResource{Name: "pods/log", Namespaced: true, Kind: "Pod", Verbs: metav1.Verbs{"get"}})
+				metav1.APIResource{Name: "pods/log", Namespaced: true, Kind: "Pod", Verbs: metav1.Verbs{"get"}},
+				// As kube-apiserver lists them: GET and POST both open a session.
+				metav1.APIResource{Name: "pods/attach", Namespaced: true, Kind: "PodAttachOptions", Verbs: metav1.Verbs{"create", "get"}},
+				metav1.APIResource{Name: "pods/exec", Namespaced: true, Kind: "PodExecOptions", Verbs: metav1.Verbs{"create", "get"}},
+				metav1.APIResource{Name: "pods/portforward", Namespaced: true, Kind: "PodPortForwardOptions", Verbs: metav1.Verbs{"create", "get"}})
 		}
 	}
 	return list

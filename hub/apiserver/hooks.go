@@ -49,6 +49,13 @@ type AuditEvent struct {
 	Code int
 	// Reason says why the request was refused, or which rule allowed it.
 	Reason string
+	// A streaming session (pods/exec, attach, portforward) is audited when
+	// it starts and when it ends (Stage StageSessionStarted or
+	// StageSessionEnded), with its container, command and node.
+	Stage     string
+	Container string
+	Command   []string
+	Node      string
 }
 
 // Auditor receives AuditEvents. Audit is called on the request's
@@ -133,6 +140,8 @@ type requestRecord struct {
 	reason        string
 	// slot is the request's place in flight (nil: it takes none).
 	slot *slot
+	// audited: the handler wrote the request's audit entries itself.
+	audited bool
 }
 
 const recordKey ctxKey = 1
@@ -205,7 +214,7 @@ func (s *Server) startRequest(r *http.Request) (*http.Request, *requestRecord) {
 }
 
 func (s *Server) finishRequest(r *http.Request, rec *statusRecorder, rr *requestRecord, ri *requestInfo, isResource bool) {
-	if s.cfg.Audit == nil {
+	if s.cfg.Audit == nil || rr.audited {
 		return
 	}
 	code := rec.code()
@@ -310,10 +319,14 @@ func (s *Server) takeSlot(w http.ResponseWriter, r *http.Request, rr *requestRec
 }
 
 // isLongRunning says whether a request streams its answer for as long as
-// it likes: watches and pod logs (kube-apiserver's long-running requests
-// that the hub serves).
+// it likes: watches, pod logs and the streaming sessions
+// (kube-apiserver's long-running requests that the hub serves).
 func isLongRunning(ri *requestInfo, isResource bool) bool {
-	return isResource && ri.Resource != nil && (ri.Verb == "watch" || ri.Subresource == "log")
+	if !isResource || ri.Resource == nil {
+		return false
+	}
+	_, streaming := streamSubresources[ri.Subresource]
+	return ri.Verb == "watch" || ri.Subresource == "log" || streaming
 }
 
 // setWriteDeadline bounds the writing of the answer to a request that is

@@ -254,20 +254,9 @@ func agentError(node string, code int, msg string) error {
 }
 
 func agentLogURL(node *corev1.Node, namespace, pod string, opts *corev1.PodLogOptions) (string, error) {
-	host := ""
-	for _, t := range []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP, corev1.NodeHostName} {
-		for _, a := range node.Status.Addresses {
-			if a.Type == t && host == "" {
-				host = a.Address
-			}
-		}
-	}
-	if host == "" {
-		return "", apierrors.NewServiceUnavailable(fmt.Sprintf("node %s reports no address to reach its agent", node.Name))
-	}
-	port := int(node.Status.DaemonEndpoints.KubeletEndpoint.Port)
-	if port == 0 {
-		port = agentapi.AgentPort
+	hostPort, err := agentHostPort(node)
+	if err != nil {
+		return "", err
 	}
 	q := url.Values{}
 	if opts.Follow {
@@ -293,9 +282,30 @@ func agentLogURL(node *corev1.Node, namespace, pod string, opts *corev1.PodLogOp
 	}
 	u := url.URL{
 		Scheme:   "https",
-		Host:     net.JoinHostPort(host, strconv.Itoa(port)),
+		Host:     hostPort,
 		Path:     "/containerLogs/" + namespace + "/" + pod + "/" + opts.Container,
 		RawQuery: q.Encode(),
 	}
 	return u.String(), nil
+}
+
+// agentHostPort is where the node's agent listens: its InternalIP (else
+// ExternalIP, else HostName) and kubelet endpoint port.
+func agentHostPort(node *corev1.Node) (string, error) {
+	host := ""
+	for _, t := range []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP, corev1.NodeHostName} {
+		for _, a := range node.Status.Addresses {
+			if a.Type == t && host == "" {
+				host = a.Address
+			}
+		}
+	}
+	if host == "" {
+		return "", apierrors.NewServiceUnavailable(fmt.Sprintf("the device %s cannot be reached: its Node reports no address for its agent", node.Name))
+	}
+	port := int(node.Status.DaemonEndpoints.KubeletEndpoint.Port)
+	if port == 0 {
+		port = agentapi.AgentPort
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port)), nil
 }

@@ -67,6 +67,8 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, ri *reque
 		err = s.handleBinding(w, r, ri)
 	case "log":
 		err = s.handlePodLog(w, r, ri)
+	case "exec", "attach", "portforward":
+		err = s.handlePodStream(w, r, ri)
 	default:
 		err = notFoundPath(r)
 	}

@@ -63,6 +63,9 @@ type Config struct {
 	Limits       Limits
 	// PodLogs fetches logs from agents for pods/log (see podlog.go).
 	PodLogs PodLogsFunc
+	// AgentConn reaches agents for pods/exec, attach and portforward
+	// (see podexec.go).
+	AgentConn AgentConnFunc
 	// PodSecurity is the pod policy (Pod Security Standards by namespace,
 	// see podsecurity.go); validation.DefaultPodSecurity() when nil.
 	PodSecurity *validation.PodSecurity

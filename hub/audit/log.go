@@ -78,6 +78,13 @@ type Entry struct {
 	Path        string    `json:"path,omitempty"`
 	Code        int       `json:"code"`
 	Reason      string    `json:"reason,omitempty"`
+	// A streaming session's (pods/exec, attach, portforward): an entry
+	// when it starts (SessionStarted, code 0) and one when it ends
+	// (SessionEnded, with the answer's code: 101 once upgraded).
+	Stage     string   `json:"stage,omitempty"`
+	Container string   `json:"container,omitempty"`
+	Command   []string `json:"command,omitempty"`
+	Node      string   `json:"node,omitempty"`
 	// Truncated: a field was cut to keep the line within MaxLineBytes.
 	Truncated bool `json:"truncated,omitempty"`
 	// Dropped is set on the entry (Verb VerbDropped) that counts the
@@ -183,6 +190,7 @@ func (l *Log) Audit(ev apiserver.AuditEvent) {
 		Time: ev.Time, User: Anonymous, SourceIP: ev.SourceIP, UserAgent: ev.UserAgent,
 		Verb: ev.Verb, APIGroup: ev.APIGroup, Resource: ev.Resource, Subresource: ev.Subresource,
 		Namespace: ev.Namespace, Name: ev.Name, Path: ev.Path, Code: ev.Code, Reason: ev.Reason,
+		Stage: ev.Stage, Container: ev.Container, Command: ev.Command, Node: ev.Node,
 	}
 	if ev.User != nil {
 		e.User, e.Groups = ev.User.Name, ev.User.Groups
