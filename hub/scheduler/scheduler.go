@@ -52,6 +52,8 @@ type Config struct {
 	// Recorder receives the Scheduled and FailedScheduling events
 	// [controlloop.NewRecorder on the clientset].
 	Recorder record.EventRecorder
+	// Placement, when set, narrows where pods may go (staged rollouts).
+	Placement Placement
 	// Clock is used for the unschedulable timeout [real clock].
 	Clock  clock.WithTicker
 	Logger *slog.Logger
@@ -215,7 +217,7 @@ func (s *Scheduler) scheduleOne(ctx context.Context) bool {
 		s.queue.Forget(key)
 		return true
 	}
-	node, err := s.cache.Schedule(pod)
+	node, err := s.scheduleWithin(pod)
 	var fitErr *FitError
 	switch {
 	case err == nil:

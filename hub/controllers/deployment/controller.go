@@ -41,6 +41,8 @@ type Options struct {
 	// Clock times progress deadlines.
 	Clock  clock.Clock
 	Logger *slog.Logger
+	// Rollouts, when set, stage template changes by RolloutPolicy.
+	Rollouts Rollouts
 }
 
 // Controller is the Deployment loop.
@@ -55,6 +57,7 @@ type Controller struct {
 	loop      *controlloop.Loop
 	// rsEvents wakes a Deployment for the events of its ReplicaSets.
 	rsEvents *controllerutil.OwnerEvents[*appsv1.Deployment, *appsv1.ReplicaSet]
+	rollouts Rollouts
 }
 
 // New wires the loop to the factory's Deployment, ReplicaSet and Pod
@@ -77,6 +80,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 		recorder:  recorder,
 		clock:     opts.Clock,
 		log:       opts.Logger.With("controller", Name),
+		rollouts:  opts.Rollouts,
 	}
 	c.loop = controlloop.New(Name, c.sync, controlloop.Options{Logger: opts.Logger})
 	if _, err := dInf.Informer().AddEventHandler(c.loop.Handler()); err != nil {
@@ -93,12 +97,22 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 	if _, err := rsInf.Informer().AddEventHandler(c.rsEvents.Handler()); err != nil {
 		return nil, fmt.Errorf("replicaset informer: %w", err)
 	}
-	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		DeleteFunc: c.deletePod,
-	}); err != nil {
+	podHandler := cache.ResourceEventHandlerFuncs{DeleteFunc: c.deletePod}
+	synced := []cache.InformerSynced{dInf.Informer().HasSynced, rsInf.Informer().HasSynced, podInf.Informer().HasSynced}
+	if c.rollouts != nil {
+		// A staged rollout counts pods by the device they are bound to
+		// and waits for its deletion marks: both are pod changes no
+		// ReplicaSet status shows.
+		podHandler.UpdateFunc = c.updatePod
+		if err := c.rollouts.OnChange(c.enqueueNamespace); err != nil {
+			return nil, fmt.Errorf("rollout policies: %w", err)
+		}
+		synced = append(synced, c.rollouts.HasSynced)
+	}
+	if _, err := podInf.Informer().AddEventHandler(podHandler); err != nil {
 		return nil, fmt.Errorf("pod informer: %w", err)
 	}
-	c.loop.WaitFor(dInf.Informer().HasSynced, rsInf.Informer().HasSynced, podInf.Informer().HasSynced)
+	c.loop.WaitFor(synced...)
 	return c, nil
 }
 
@@ -136,6 +150,35 @@ func (c *Controller) deletePod(obj any) {
 	}
 	d, ok := c.rsEvents.Resolve(rs.Namespace, metav1.GetControllerOfNoCopy(rs))
 	if ok && d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
+		c.loop.EnqueueKey(controlloop.ObjectKey(d))
+	}
+}
+
+// updatePod wakes a staged Deployment when one of its pods is bound or
+// its deletion cost changes.
+func (c *Controller) updatePod(oldObj, curObj any) {
+	old, ok1 := oldObj.(*corev1.Pod)
+	cur, ok2 := curObj.(*corev1.Pod)
+	if !ok1 || !ok2 || (old.Spec.NodeName == cur.Spec.NodeName &&
+		old.Annotations[replicaset.AnnotationPodDeletionCost] == cur.Annotations[replicaset.AnnotationPodDeletionCost]) {
+		return
+	}
+	rs, ok := controllerutil.ResolveController(cur.Namespace, metav1.GetControllerOfNoCopy(cur), replicaset.GVK.Kind,
+		func(ns, name string) (*appsv1.ReplicaSet, error) { return c.rsLister.ReplicaSets(ns).Get(name) })
+	if !ok {
+		return
+	}
+	if d, ok := c.rsEvents.Resolve(rs.Namespace, metav1.GetControllerOfNoCopy(rs)); ok {
+		c.loop.EnqueueKey(controlloop.ObjectKey(d))
+	}
+}
+
+func (c *Controller) enqueueNamespace(ns string) {
+	ds, err := c.dLister.Deployments(ns).List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, d := range ds {
 		c.loop.EnqueueKey(controlloop.ObjectKey(d))
 	}
 }
@@ -192,6 +235,13 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 	if scaling {
 		return s.scaleOnly(ctx, rsList)
 	}
+	plan, err := s.stagedPlan()
+	if err != nil {
+		return err
+	}
+	if plan != nil {
+		return s.rolloutStaged(ctx, rsList, plan)
+	}
 	if d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
 		return s.rolloutRecreate(ctx, rsList)
 	}
@@ -234,6 +284,9 @@ func (c *Controller) claimReplicaSets(ctx context.Context, d *appsv1.Deployment,
 type step struct {
 	c *Controller
 	d *appsv1.Deployment
+	// newCap, when set, bounds the size a new ReplicaSet is created with
+	// (a staged rollout's NewTarget).
+	newCap *int32
 }
 
 func (s *step) now() time.Time { return s.c.clock.Now() }
@@ -356,6 +409,9 @@ func (s *step) getNewReplicaSet(ctx context.Context, existing *appsv1.ReplicaSet
 		},
 	}
 	n := NewRSNewReplicas(d, append(append([]*appsv1.ReplicaSet(nil), olds...), newRS), newRS)
+	if s.newCap != nil {
+		n = max(0, min(n, *s.newCap))
+	}
 	newRS.Spec.Replicas = ptr.To(n)
 	setNewRSAnnotations(d, newRS, newRevision, false)
 

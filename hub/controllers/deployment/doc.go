@@ -14,4 +14,11 @@
 // the new one and gets the next revision); progressDeadlineSeconds turns a
 // rollout without progress into Progressing=False/ProgressDeadlineExceeded;
 // old ReplicaSets scaled to zero beyond revisionHistoryLimit are deleted.
+//
+// A Deployment a RolloutPolicy stages (Options.Rollouts) rolls out by its
+// plan instead (staged.go): the new ReplicaSet may have the replicas that
+// are not on devices keeping the previous revision, the pods of a revision
+// their device should not run get a low pod-deletion-cost before any
+// ReplicaSet is scaled down, and a rolled-back wave is the same arithmetic
+// the other way.
 package deployment

@@ -215,7 +215,11 @@ var loopSpecs = []loopSpec{
 		return withWorkers(c, err, env.workers)
 	}},
 	{Deployment, "deployment-controller", func(env loopEnv) (func(context.Context) error, error) {
-		c, err := deployment.New(env.client, env.factory, env.recorder, deployment.Options{Logger: env.opts.Logger})
+		opts := deployment.Options{Logger: env.opts.Logger}
+		if env.policies != nil {
+			opts.Rollouts = rollout.NewDeploymentGate(env.policies, env.factory)
+		}
+		c, err := deployment.New(env.client, env.factory, env.recorder, opts)
 		return withWorkers(c, err, env.workers)
 	}},
 	{DaemonSet, "daemonset-controller", func(env loopEnv) (func(context.Context) error, error) {
@@ -261,6 +265,9 @@ var loopSpecs = []loopSpec{
 		cfg := env.opts.Scheduler
 		if cfg.Logger == nil {
 			cfg.Logger = env.opts.Logger
+		}
+		if env.policies != nil && cfg.Placement == nil {
+			cfg.Placement = rollout.NewDeploymentGate(env.policies, env.factory)
 		}
 		s, err := scheduler.New(env.client, env.factory, cfg)
 		if err != nil {

@@ -57,6 +57,8 @@ type Controller struct {
 	dyn        dynamic.Interface
 	policies   *Policies
 	dsLister   appslisters.DaemonSetLister
+	dLister    appslisters.DeploymentLister
+	rsLister   appslisters.ReplicaSetLister
 	podLister  corelisters.PodLister
 	nodeLister corelisters.NodeLister
 	revLister  appslisters.ControllerRevisionLister
@@ -66,8 +68,8 @@ type Controller struct {
 	loop       *controlloop.Loop
 }
 
-// New wires the loop to the policies and the factory's DaemonSet, Pod and
-// Node informers.
+// New wires the loop to the policies and the factory's DaemonSet,
+// Deployment, ReplicaSet, Pod and Node informers.
 func New(dyn dynamic.Interface, policies *Policies, factory informers.SharedInformerFactory, recorder record.EventRecorder, opts Options) (*Controller, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -79,9 +81,11 @@ func New(dyn dynamic.Interface, policies *Policies, factory informers.SharedInfo
 	podInf := factory.Core().V1().Pods()
 	nodeInf := factory.Core().V1().Nodes()
 	revInf := factory.Apps().V1().ControllerRevisions()
+	dInf := factory.Apps().V1().Deployments()
+	rsInf := factory.Apps().V1().ReplicaSets()
 	c := &Controller{
 		dyn: dyn, policies: policies,
-		dsLister: dsInf.Lister(), podLister: podInf.Lister(), nodeLister: nodeInf.Lister(), revLister: revInf.Lister(),
+		dsLister: dsInf.Lister(), dLister: dInf.Lister(), rsLister: rsInf.Lister(), podLister: podInf.Lister(), nodeLister: nodeInf.Lister(), revLister: revInf.Lister(),
 		recorder: recorder, clock: opts.Clock, log: opts.Logger.With("controller", Name),
 	}
 	c.loop = controlloop.New(Name, c.sync, controlloop.Options{Logger: opts.Logger})
@@ -98,12 +102,31 @@ func New(dyn dynamic.Interface, policies *Policies, factory informers.SharedInfo
 	}); err != nil {
 		return nil, fmt.Errorf("daemonset informer: %w", err)
 	}
+	onD := func(obj any) {
+		if d, ok := controlloop.Deleted[*appsv1.Deployment](obj); ok {
+			c.enqueueNamespace(d.Namespace)
+		}
+	}
+	if _, err := dInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: onD, UpdateFunc: func(_, cur any) { onD(cur) }, DeleteFunc: onD,
+	}); err != nil {
+		return nil, fmt.Errorf("deployment informer: %w", err)
+	}
+	// A ReplicaSet's revision annotation gives the status its number.
+	onRS := func(obj any) {
+		if rs, ok := controlloop.Deleted[*appsv1.ReplicaSet](obj); ok {
+			c.enqueueNamespace(rs.Namespace)
+		}
+	}
+	if _, err := rsInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onRS, UpdateFunc: func(_, cur any) { onRS(cur) }}); err != nil {
+		return nil, fmt.Errorf("replicaset informer: %w", err)
+	}
 	onPod := func(obj any) {
 		p, ok := controlloop.Deleted[*corev1.Pod](obj)
 		if !ok {
 			return
 		}
-		if ref := metav1.GetControllerOfNoCopy(p); ref != nil && ref.Kind == daemonset.GVK.Kind {
+		if ref := metav1.GetControllerOfNoCopy(p); ref != nil && (ref.Kind == daemonset.GVK.Kind || ref.Kind == "ReplicaSet") {
 			c.enqueueNamespace(p.Namespace)
 		}
 	}
@@ -132,7 +155,7 @@ func New(dyn dynamic.Interface, policies *Policies, factory informers.SharedInfo
 	if _, err := revInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onRev}); err != nil {
 		return nil, fmt.Errorf("controllerrevision informer: %w", err)
 	}
-	c.loop.WaitFor(policies.HasSynced, dsInf.Informer().HasSynced, podInf.Informer().HasSynced, nodeInf.Informer().HasSynced, revInf.Informer().HasSynced)
+	c.loop.WaitFor(policies.HasSynced, dsInf.Informer().HasSynced, dInf.Informer().HasSynced, rsInf.Informer().HasSynced, podInf.Informer().HasSynced, nodeInf.Informer().HasSynced, revInf.Informer().HasSynced)
 	return c, nil
 }
 
@@ -173,22 +196,49 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return err
 	}
 	sort.Slice(dss, func(i, j int) bool { return dss[i].Name < dss[j].Name })
+	deps, err := c.dLister.Deployments(ns).List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	sort.Slice(deps, func(i, j int) bool { return deps[i].Name < deps[j].Name })
 	now := c.clock.Now()
 	st := rp.Status.DeepCopy()
 	st.ObservedGeneration = rp.Generation
 	st.Workloads = nil
 	var recheck time.Duration
-	for _, ds := range dss {
-		if owner := c.policies.For(ns, ds.Labels); owner == nil || owner.Name != rp.Name || ds.DeletionTimestamp != nil {
-			continue
-		}
-		w, after, err := c.step(rp, ds, nodes, now)
+	stepOne := func(s *staged) error {
+		w, after, err := c.step(rp, s, now)
 		if err != nil {
 			return err
 		}
 		st.Workloads = append(st.Workloads, *w)
 		if after > 0 && (recheck == 0 || after < recheck) {
 			recheck = after
+		}
+		return nil
+	}
+	for _, ds := range dss {
+		if owner := c.policies.For(ns, ds.Labels); owner == nil || owner.Name != rp.Name || ds.DeletionTimestamp != nil {
+			continue
+		}
+		s, err := c.daemonSetStaged(ds, nodes)
+		if err != nil {
+			return err
+		}
+		if err := stepOne(s); err != nil {
+			return err
+		}
+	}
+	for _, d := range deps {
+		if owner := c.policies.For(ns, d.Labels); owner == nil || owner.Name != rp.Name || d.DeletionTimestamp != nil {
+			continue
+		}
+		s, err := c.deploymentStaged(d, nodes)
+		if err != nil {
+			return err
+		}
+		if err := stepOne(s); err != nil {
+			return err
 		}
 	}
 	if recheck > 0 {
@@ -224,30 +274,31 @@ func (c *Controller) writeStatus(ctx context.Context, rp *v1alpha1.RolloutPolicy
 // template starts a rollout, a wave that met the criteria admits the next,
 // a failed one pauses or rolls back. It returns the workload's new status
 // and when time alone may change it.
-func (c *Controller) step(rp *v1alpha1.RolloutPolicy, ds *appsv1.DaemonSet, nodes []*corev1.Node, now time.Time) (*v1alpha1.WorkloadRollout, time.Duration, error) {
-	wl := waves.Workload{Kind: daemonset.GVK.Kind, Name: ds.Name}
-	hash := daemonset.Hash(ds)
-	eligible := Eligible(ds, nodes)
-	assign, err := waves.Assign(rp, waves.Identity(rp, wl), eligible)
+func (c *Controller) step(rp *v1alpha1.RolloutPolicy, s *staged, now time.Time) (*v1alpha1.WorkloadRollout, time.Duration, error) {
+	wl, hash, podsOf := s.id, s.hash, s.podsOf
+	assign, err := waves.Assign(rp, waves.Identity(rp, wl), s.eligible)
 	if err != nil {
 		return nil, 0, err
 	}
-	podsOf, err := c.podsByNode(ds)
-	if err != nil {
-		return nil, 0, err
+	if s.occupiedOnly {
+		for node := range assign {
+			if len(podsOf[node]) == 0 {
+				delete(assign, node)
+			}
+		}
 	}
 	prev := waves.Find(rp, wl)
 	var w *v1alpha1.WorkloadRollout
 	switch {
 	case prev == nil:
-		w = c.firstSight(rp, ds, wl, hash, podsOf, now)
+		w = c.firstSight(rp, s, now)
 	case prev.Revision != hash:
-		w = c.start(rp, ds, wl, hash, waves.Stable(prev), now)
+		w = c.start(rp, wl, hash, waves.Stable(prev), now)
 	default:
 		w = prev.DeepCopy()
 	}
-	w.RevisionNumber = c.revisionNumber(ds, hash)
-	w.ObservedGeneration = ds.Generation
+	w.RevisionNumber = s.revisionNumber
+	w.ObservedGeneration = s.generation
 	c.count(rp, w, assign)
 
 	paused := rp.Spec.Paused
@@ -255,7 +306,7 @@ func (c *Controller) step(rp *v1alpha1.RolloutPolicy, ds *appsv1.DaemonSet, node
 	case w.Phase == v1alpha1.RolloutProgressing && paused:
 		w.Phase = v1alpha1.RolloutPaused
 		w.Message = "held by spec.paused: no further device gets the new revision until it is false"
-		c.recorder.Eventf(rp, corev1.EventTypeNormal, ReasonPaused, "DaemonSet %s: rollout of %s paused at wave %s", ds.Name, hash, w.CurrentWave)
+		c.recorder.Eventf(rp, corev1.EventTypeNormal, ReasonPaused, "%s %s: rollout of %s paused at wave %s", wl.Kind, wl.Name, hash, w.CurrentWave)
 	case w.Phase == v1alpha1.RolloutPaused && !paused && !meta.IsStatusConditionTrue(w.Conditions, v1alpha1.ConditionWaveFailed):
 		// The wave's timeout counts from the resume: the time held is
 		// not the devices' fault.
@@ -264,7 +315,7 @@ func (c *Controller) step(rp *v1alpha1.RolloutPolicy, ds *appsv1.DaemonSet, node
 		if i := waves.WaveIndex(rp, w.CurrentWave); i >= 0 && i < len(w.Waves) {
 			w.Waves[i].StartTime = ptrTime(now)
 		}
-		c.recorder.Eventf(rp, corev1.EventTypeNormal, ReasonResumed, "DaemonSet %s: rollout of %s resumed at wave %s", ds.Name, hash, w.CurrentWave)
+		c.recorder.Eventf(rp, corev1.EventTypeNormal, ReasonResumed, "%s %s: rollout of %s resumed at wave %s", wl.Kind, wl.Name, hash, w.CurrentWave)
 	}
 	if w.Phase != v1alpha1.RolloutProgressing && !(w.Phase == v1alpha1.RolloutPaused && paused) {
 		return w, 0, nil
@@ -282,7 +333,7 @@ func (c *Controller) step(rp *v1alpha1.RolloutPolicy, ds *appsv1.DaemonSet, node
 		if ws.StartTime == nil {
 			ws.StartTime = ptrTime(now)
 		}
-		r := waves.Judge(devicesOf(assign, i), podsOf, hash, ws.StartTime.Time, now, rp.Spec.SuccessCriteria)
+		r := waves.Judge(devicesOf(assign, i), podsOf, s.revisionLabel, hash, ws.StartTime.Time, now, rp.Spec.SuccessCriteria)
 		ws.Done, ws.Failed = int32(r.Done), int32(len(r.Failures))
 		ws.FailedDevices = r.Failures[:min(len(r.Failures), v1alpha1.MaxReportedFailures)]
 		if w.Phase != v1alpha1.RolloutProgressing {
@@ -292,23 +343,23 @@ func (c *Controller) step(rp *v1alpha1.RolloutPolicy, ds *appsv1.DaemonSet, node
 		case waves.Pending:
 			return w, r.RecheckAfter, nil
 		case waves.Failed:
-			c.fail(rp, ds, w, ws, r)
+			c.fail(rp, wl, w, ws, r)
 			return w, 0, nil
 		}
 		meta.SetStatusCondition(&w.Conditions, metav1.Condition{Type: v1alpha1.ConditionWaveFailed, Status: metav1.ConditionFalse,
 			Reason: ReasonWaveSucceeded, Message: fmt.Sprintf("wave %s: %d of %d devices Ready on %s", ws.Name, r.Done, r.Devices, hash), ObservedGeneration: rp.Generation})
 		if i == len(rp.Spec.Waves)-1 {
 			w.Phase, w.CurrentWave, w.Message = v1alpha1.RolloutComplete, "", ""
-			c.recorder.Eventf(rp, corev1.EventTypeNormal, ReasonComplete, "DaemonSet %s: revision %s reached every wave", ds.Name, hash)
+			c.recorder.Eventf(rp, corev1.EventTypeNormal, ReasonComplete, "%s %s: revision %s reached every wave", wl.Kind, wl.Name, hash)
 			return w, 0, nil
 		}
 		w.CurrentWave = rp.Spec.Waves[i+1].Name
-		c.recorder.Eventf(rp, corev1.EventTypeNormal, ReasonWaveSucceeded, "DaemonSet %s: wave %s succeeded (%d devices); wave %s starts", ds.Name, ws.Name, r.Devices, w.CurrentWave)
+		c.recorder.Eventf(rp, corev1.EventTypeNormal, ReasonWaveSucceeded, "%s %s: wave %s succeeded (%d devices); wave %s starts", wl.Kind, wl.Name, ws.Name, r.Devices, w.CurrentWave)
 	}
 }
 
 // fail records a failed wave and what follows from it.
-func (c *Controller) fail(rp *v1alpha1.RolloutPolicy, ds *appsv1.DaemonSet, w *v1alpha1.WorkloadRollout, ws *v1alpha1.WaveStatus, r waves.Result) {
+func (c *Controller) fail(rp *v1alpha1.RolloutPolicy, wl waves.Workload, w *v1alpha1.WorkloadRollout, ws *v1alpha1.WaveStatus, r waves.Result) {
 	var names []string
 	for _, f := range r.Failures[:min(len(r.Failures), 3)] {
 		names = append(names, f.Node+": "+f.Reason)
@@ -329,18 +380,19 @@ func (c *Controller) fail(rp *v1alpha1.RolloutPolicy, ds *appsv1.DaemonSet, w *v
 	}
 	meta.SetStatusCondition(&w.Conditions, metav1.Condition{Type: v1alpha1.ConditionWaveFailed, Status: metav1.ConditionTrue,
 		Reason: reason, Message: why, ObservedGeneration: rp.Generation})
-	c.recorder.Eventf(rp, corev1.EventTypeWarning, ReasonWaveFailed, "DaemonSet %s: %s", ds.Name, w.Message)
+	c.recorder.Eventf(rp, corev1.EventTypeWarning, ReasonWaveFailed, "%s %s: %s", wl.Kind, wl.Name, w.Message)
 }
 
-// firstSight is the status of a DaemonSet the policy has not recorded: if
+// firstSight is the status of a workload the policy has not recorded: if
 // its pods already all run the current template (or it has none yet),
 // there is nothing to stage; otherwise the revision most of them run is
 // the one the others keep.
-func (c *Controller) firstSight(rp *v1alpha1.RolloutPolicy, ds *appsv1.DaemonSet, wl waves.Workload, hash string, podsOf map[string][]*corev1.Pod, now time.Time) *v1alpha1.WorkloadRollout {
+func (c *Controller) firstSight(rp *v1alpha1.RolloutPolicy, s *staged, now time.Time) *v1alpha1.WorkloadRollout {
+	hash := s.hash
 	running := map[string]int{}
-	for _, pods := range podsOf {
+	for _, pods := range s.podsOf {
 		for _, p := range pods {
-			if h := p.Labels[appsv1.ControllerRevisionHashLabelKey]; h != hash && h != "" {
+			if h := p.Labels[s.revisionLabel]; h != hash && h != "" {
 				running[h]++
 			}
 		}
@@ -351,13 +403,13 @@ func (c *Controller) firstSight(rp *v1alpha1.RolloutPolicy, ds *appsv1.DaemonSet
 			prev, most = h, n
 		}
 	}
-	return c.start(rp, ds, wl, hash, prev, now)
+	return c.start(rp, s.id, hash, prev, now)
 }
 
 // start begins a rollout of hash with devices falling back to prev; with
 // nothing to fall back to, or a template that is the fallback itself,
 // there is nothing to stage.
-func (c *Controller) start(rp *v1alpha1.RolloutPolicy, ds *appsv1.DaemonSet, wl waves.Workload, hash, prev string, now time.Time) *v1alpha1.WorkloadRollout {
+func (c *Controller) start(rp *v1alpha1.RolloutPolicy, wl waves.Workload, hash, prev string, now time.Time) *v1alpha1.WorkloadRollout {
 	w := &v1alpha1.WorkloadRollout{Kind: wl.Kind, Name: wl.Name, Revision: hash, PreviousRevision: prev, StartTime: ptrTime(now)}
 	if prev == "" || prev == hash || len(rp.Spec.Waves) == 0 {
 		w.Phase = v1alpha1.RolloutComplete
@@ -370,7 +422,7 @@ func (c *Controller) start(rp *v1alpha1.RolloutPolicy, ds *appsv1.DaemonSet, wl 
 		w.Waves[i].Name = sw.Name
 	}
 	w.Waves[0].StartTime = ptrTime(now)
-	c.recorder.Eventf(rp, corev1.EventTypeNormal, ReasonStarted, "DaemonSet %s: rolling out revision %s in waves, from %s", ds.Name, hash, prev)
+	c.recorder.Eventf(rp, corev1.EventTypeNormal, ReasonStarted, "%s %s: rolling out revision %s in waves, from %s", wl.Kind, wl.Name, hash, prev)
 	return w
 }
 

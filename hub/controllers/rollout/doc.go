@@ -1,5 +1,5 @@
 // Package rollout owns the rollout loop of RolloutPolicies (issue 16): for
-// each DaemonSet a policy selects, it records the revision being rolled
+// each DaemonSet and Deployment a policy selects, it records the revision being rolled
 // out and the one devices fall back to, admits the policy's waves one at a
 // time as each meets the success criteria, and on a failed wave holds the
 // rollout (Pause) or sends the wave's devices back (Rollback) — in the
@@ -10,6 +10,10 @@
 // previous ControllerRevision's. Both loops compute waves with package
 // waves, from the same policy and nodes, so they agree on every device.
 //
-// Deployments are not staged yet: a policy selecting one reports nothing
-// for it.
+// For Deployments, DeploymentGate answers from the same status: the
+// Deployment loop scales the new ReplicaSet only to what the devices of
+// admitted waves hold, and the scheduler binds the new template's pods only
+// to those devices and the previous revision's only to the others. A
+// Deployment's wave is judged on the devices of the wave that run one of
+// its pods.
 package rollout

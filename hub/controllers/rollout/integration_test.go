@@ -51,6 +51,12 @@ type env struct {
 // ring=canary, and pods of the image "bad" never get Ready on any device.
 func start(t *testing.T, n, canaries int) *env {
 	t.Helper()
+	return startCanaries(t, n, func(i int) bool { return i < canaries })
+}
+
+// startCanaries is start with the canaries those isCanary picks.
+func startCanaries(t *testing.T, n int, isCanary func(i int) bool) *env {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("runs a hub with simulated devices")
 	}
@@ -58,7 +64,7 @@ func start(t *testing.T, n, canaries int) *env {
 		Run: func(ctx context.Context, cfg *rest.Config) error { return manager.Run(ctx, cfg, manager.Options{}) }}}})
 	devs := simdevice.Named("shop", n, func(i int, c *simdevice.Config) {
 		c.ReadyDelay = 50 * time.Millisecond
-		if i < canaries {
+		if isCanary(i) {
 			c.Labels = map[string]string{"ring": "canary"}
 		}
 		c.NeverReady = func(p *corev1.Pod) bool { return p.Spec.Containers[0].Image == image("bad") }

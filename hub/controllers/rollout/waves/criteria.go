@@ -5,7 +5,6 @@ import (
 	"sort"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -48,12 +47,14 @@ type Result struct {
 }
 
 // Judge decides a wave: its devices (node names), each device's pods of
-// the workload, the revision being rolled out, when the wave started and
+// the workload, the pod label that carries a pod's revision
+// (controller-revision-hash for a DaemonSet, pod-template-hash for a
+// Deployment), the revision being rolled out, when the wave started and
 // the criteria. A device is done once a pod of revision has been Ready for
 // readySeconds; it has failed when such a pod is crash-looping, cannot get
 // its image, or failed, or when it is not Ready by timeoutSeconds after
 // the wave started — so a device offline during its wave fails only then.
-func Judge(devices []string, podsOf map[string][]*corev1.Pod, revision string, started, now time.Time, c v1alpha1.SuccessCriteria) Result {
+func Judge(devices []string, podsOf map[string][]*corev1.Pod, revisionLabel, revision string, started, now time.Time, c v1alpha1.SuccessCriteria) Result {
 	readySeconds := ptrOr(c.ReadySeconds, 0)
 	timeout := time.Duration(ptrOr(c.TimeoutSeconds, 0)) * time.Second
 	deadline := started.Add(timeout)
@@ -69,7 +70,7 @@ func Judge(devices []string, podsOf map[string][]*corev1.Pod, revision string, s
 	for _, node := range sorted {
 		var pod *corev1.Pod
 		for _, p := range podsOf[node] {
-			if p.Labels[appsv1.ControllerRevisionHashLabelKey] == revision && p.DeletionTimestamp == nil {
+			if p.Labels[revisionLabel] == revision && p.DeletionTimestamp == nil {
 				pod = p
 				break
 			}

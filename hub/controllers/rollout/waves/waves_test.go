@@ -243,7 +243,7 @@ func TestJudge(t *testing.T) {
 			if tc.crit != nil {
 				tc.crit(&c)
 			}
-			r := Judge(devices, tc.pods, "new", t0, tc.now, c)
+			r := Judge(devices, tc.pods, appsv1.ControllerRevisionHashLabelKey, "new", t0, tc.now, c)
 			var reasons []string
 			for _, f := range r.Failures {
 				reasons = append(reasons, f.Reason)
