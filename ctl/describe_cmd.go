@@ -185,7 +185,8 @@ func (a *App) factsFor(ctx context.Context, c *Clients, r *api.Resource, obj run
 		if err := nodes(fields.Everything()); err != nil {
 			return nil, err
 		}
-		if _, ok := o.(*appsv1.DaemonSet); ok {
+		switch o.(type) {
+		case *appsv1.DaemonSet, *appsv1.Deployment:
 			if f.RolloutPolicies, err = a.rolloutPolicies(ctx, c, ns); err != nil {
 				return nil, err
 			}

@@ -158,7 +158,7 @@ func (a *App) rolloutStatus(ctx context.Context, r *api.Resource, name string, f
 		return err
 	}
 	if a.isStaged(ctx, c, obj) {
-		return a.stagedStatus(ctx, c, name, follow)
+		return a.stagedStatus(ctx, c, r.Kind, name, follow)
 	}
 	last := ""
 	check := func(obj runtime.Object) (bool, error) {

@@ -36,7 +36,7 @@ func (a *App) rolloutPauseCommand(paused bool) *cobra.Command {
 	}
 	var force bool
 	cmd := &cobra.Command{
-		Use:   verb + " daemonset NAME | daemonset/NAME",
+		Use:   verb + " (deployment|daemonset) NAME | KIND/NAME",
 		Short: doing + " the staged rollouts of the RolloutPolicy that selects a workload",
 		Long: doing + ` the staged rollouts of the RolloutPolicy that selects the workload, by
 setting the policy's spec.paused (so every workload it selects is ` + verb + `d).
@@ -60,11 +60,6 @@ without --force: change it in Git.`,
 }
 
 func (a *App) rolloutPause(ctx context.Context, r *api.Resource, name string, paused, force bool) error {
-	if r.Kind != "DaemonSet" {
-		// A policy's pause would say it holds the Deployment while it
-		// rolls out regardless.
-		return fmt.Errorf("RolloutPolicies stage only daemonsets so far, so pausing one cannot hold deployment %s: set the Deployment's own spec.paused (kubectl rollout pause deployment %s)", name, name)
-	}
 	c, err := a.connect()
 	if err != nil {
 		return err
@@ -182,34 +177,58 @@ func (a *App) rolloutPolicies(ctx context.Context, c *Clients, ns string) ([]*v1
 	return out, nil
 }
 
-// stagedStatus follows a DaemonSet's staged rollout from its policy's
-// status: a line per change of wave progress, until every wave is done
-// (success), a wave failed (failure, with the failing devices), or ctx
-// ends.
-func (a *App) stagedStatus(ctx context.Context, c *Clients, name string, follow bool) error {
+// stagedStatus follows a DaemonSet's or Deployment's (kind) staged
+// rollout from its policy's status: a line per change of wave progress,
+// until every wave is done (success), a wave failed (failure, with the
+// failing devices), or ctx ends.
+func (a *App) stagedStatus(ctx context.Context, c *Clients, kind, name string, follow bool) error {
 	last := ""
 	var obj runtime.Object
 	for {
-		ds, err := c.Typed.AppsV1().DaemonSets(c.Namespace).Get(ctx, name, metav1.GetOptions{})
+		var (
+			cur    runtime.Object
+			labels map[string]string
+			err    error
+		)
+		if kind == "Deployment" {
+			var d *appsv1.Deployment
+			if d, err = c.Typed.AppsV1().Deployments(c.Namespace).Get(ctx, name, metav1.GetOptions{}); err == nil {
+				cur, labels = d, d.Labels
+			}
+		} else {
+			var ds *appsv1.DaemonSet
+			if ds, err = c.Typed.AppsV1().DaemonSets(c.Namespace).Get(ctx, name, metav1.GetOptions{}); err == nil {
+				cur, labels = ds, ds.Labels
+			}
+		}
 		if err != nil {
 			if obj != nil {
 				return a.rolloutWaitErr(ctx, c, obj, err)
 			}
 			return err
 		}
-		obj = ds
-		rp, err := a.stagingPolicy(ctx, c, c.Namespace, ds.Labels)
+		obj = cur
+		rp, err := a.stagingPolicy(ctx, c, c.Namespace, labels)
 		if err != nil {
 			return a.rolloutWaitErr(ctx, c, obj, err)
 		}
 		var st rollout.Status
-		if rp == nil {
-			st = rollout.DaemonSetStatus(ds)
-		} else {
-			st = rollout.StagedDaemonSetStatus(ds, rp)
+		switch o := cur.(type) {
+		case *appsv1.Deployment:
+			if rp == nil {
+				st = rollout.DeploymentStatus(o)
+			} else {
+				st = rollout.StagedDeploymentStatus(o, rp)
+			}
+		case *appsv1.DaemonSet:
+			if rp == nil {
+				st = rollout.DaemonSetStatus(o)
+			} else {
+				st = rollout.StagedDaemonSetStatus(o, rp)
+			}
 		}
 		if st.Err != nil {
-			return a.explainFailure(ctx, c, ds, st.Err)
+			return a.explainFailure(ctx, c, cur, st.Err)
 		}
 		if st.Message != last {
 			fmt.Fprintln(a.Out, st.Message)
@@ -226,12 +245,18 @@ func (a *App) stagedStatus(ctx context.Context, c *Clients, name string, follow 
 	}
 }
 
-// isStaged reports whether a RolloutPolicy stages obj (a DaemonSet).
+// isStaged reports whether a RolloutPolicy stages obj (a DaemonSet or a
+// Deployment).
 func (a *App) isStaged(ctx context.Context, c *Clients, obj runtime.Object) bool {
-	ds, ok := obj.(*appsv1.DaemonSet)
-	if !ok {
+	m, err := meta.Accessor(obj)
+	if err != nil {
 		return false
 	}
-	rp, err := a.stagingPolicy(ctx, c, ds.Namespace, ds.Labels)
+	switch obj.(type) {
+	case *appsv1.DaemonSet, *appsv1.Deployment:
+	default:
+		return false
+	}
+	rp, err := a.stagingPolicy(ctx, c, m.GetNamespace(), m.GetLabels())
 	return err == nil && rp != nil
 }

@@ -61,11 +61,44 @@ func TestRolloutPauseAndResumeSetThePolicyOfTheWorkload(t *testing.T) {
 	}
 }
 
-func TestRolloutPauseRefusesDeployments(t *testing.T) {
-	h := newHarness(t, deployment("web", 2), kioskPolicy(func(rp *v1alpha1.RolloutPolicy) { rp.Spec.Selector.MatchLabels = map[string]string{"app": "web"} }))
-	_, errOut, code := h.run("rollout", "pause", "deployment/web")
-	if code == 0 || h.policyPaused() || !strings.Contains(errOut, "stage only daemonsets") {
-		t.Fatalf("exit %d, paused %t, stderr %q", code, h.policyPaused(), errOut)
+// kioskDeployment is a Deployment the kiosks policy stages (as its status
+// from kioskPolicy says, once the workload's kind is Deployment).
+func kioskDeployment() *appsv1.Deployment {
+	d := deployment("kiosk", 10)
+	d.Labels = map[string]string{"app": "kiosk"}
+	d.Generation, d.Status.ObservedGeneration, d.Status.UpdatedReplicas = 2, 2, 2
+	return d
+}
+
+func deploymentWorkload(rp *v1alpha1.RolloutPolicy) { rp.Status.Workloads[0].Kind = "Deployment" }
+
+func TestRolloutPauseAndStatusOfAStagedDeployment(t *testing.T) {
+	h := newHarness(t, kioskDeployment(), kioskPolicy(deploymentWorkload))
+	out := h.ok("rollout", "pause", "deployment/kiosk")
+	if !h.policyPaused() || !strings.Contains(out, "rolloutpolicy.flotilla.dev/kiosks paused") || !strings.Contains(out, "deployment.apps/kiosk") {
+		t.Fatalf("pause: paused %t, output %q", h.policyPaused(), out)
+	}
+	h.ok("rollout", "resume", "deploy", "kiosk")
+	if h.policyPaused() {
+		t.Fatal("resume left the policy paused")
+	}
+
+	if out := h.ok("rollout", "status", "deployment/kiosk", "--watch=false"); !strings.Contains(out, `deployment "kiosk" (revision 2, RolloutPolicy "kiosks")`) || !strings.Contains(out, "waves [canary 1/2], rest 0/8") {
+		t.Errorf("progress: %q", out)
+	}
+	rolledBack := kioskPolicy(func(rp *v1alpha1.RolloutPolicy) {
+		deploymentWorkload(rp)
+		w := &rp.Status.Workloads[0]
+		w.Phase, w.Message = v1alpha1.RolloutRolledBack, "wave canary failed: 1 of 2 devices failed"
+		w.Waves[0].Failed = 1
+		w.Waves[0].FailedDevices = []v1alpha1.DeviceFailure{{Node: "shop-7", Reason: "CrashLoopBackOff", Message: "kiosk: back-off 10s"}}
+	})
+	h = newHarness(t, kioskDeployment(), rolledBack)
+	_, errOut, code := h.run("rollout", "status", "deployment/kiosk")
+	for _, want := range []string{`deployment "kiosk" (revision 2, RolloutPolicy "kiosks") rolled back`, "shop-7 (wave canary): CrashLoopBackOff: kiosk: back-off 10s", "RolloutPolicy default/kiosks"} {
+		if code != 1 || !strings.Contains(errOut, want) {
+			t.Errorf("exit %d, stderr lacks %q:\n%s", code, want, errOut)
+		}
 	}
 }
 

@@ -284,6 +284,18 @@ func TestDaemonSetNamesTheHeldWave(t *testing.T) {
 		!strings.Contains(strings.Join(fd.Details, "\n"), "flotctl rollout resume daemonset kiosk") {
 		t.Errorf("%+v", fd)
 	}
+	// A Deployment's replicas, the same way.
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "shops", Name: "kiosk", Labels: labels, Generation: 3},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr(int32(10))},
+		Status: appsv1.DeploymentStatus{ObservedGeneration: 3, Replicas: 10, UpdatedReplicas: 3, ReadyReplicas: 10, AvailableReplicas: 10,
+			Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded"}}}}
+	rp.Status.Workloads[0].Kind = "Deployment"
+	fd = Deployment(d, &Facts{Now: now, RolloutPolicies: []*v1alpha1.RolloutPolicy{rp}})
+	if fd.Owner != "RolloutPolicy shops/kiosks" || !strings.Contains(fd.Summary, `7 replica(s) run the previous revision: the rollout is held at wave "canary"`) ||
+		!strings.Contains(strings.Join(fd.Details, "\n"), "flotctl rollout resume deployment kiosk") {
+		t.Errorf("deployment: %+v", fd)
+	}
+	rp.Status.Workloads[0].Kind = "DaemonSet"
 	// Without the policy, the same DaemonSet is just behind.
 	if fd := DaemonSet(ds, &Facts{Now: now}); fd.Owner == "RolloutPolicy shops/kiosks" {
 		t.Errorf("%+v", fd)

@@ -269,9 +269,17 @@ func Deployment(d *appsv1.Deployment, f *Facts) Finding {
 		fd.Stage, fd.Summary = StageDone, fmt.Sprintf("%d/%d ready, up to date", st.ReadyReplicas, want)
 		return fd
 	}
+	counts := fmt.Sprintf("%d/%d ready, %d up to date, %d available", st.ReadyReplicas, want, st.UpdatedReplicas, st.AvailableReplicas)
+	// A staged rollout holding replicas on the previous revision is the
+	// reason, even past the progress deadline (which a held wave passes).
+	held := Finding{Object: fd.Object, Stage: fd.Stage, Owner: fd.Owner, Severity: Warning, Summary: counts}
+	if held, ok := heldWave(held, stagedOf{kind: "Deployment", resource: "deployment", name: d.Name, labels: d.Labels,
+		generation: d.Generation, old: max(want-st.UpdatedReplicas, 0), unit: "replica(s)"}, f); ok {
+		return held
+	}
 	if fd.Summary == "" {
 		fd.Severity = Warning
-		fd.Summary = fmt.Sprintf("%d/%d ready, %d up to date, %d available", st.ReadyReplicas, want, st.UpdatedReplicas, st.AvailableReplicas)
+		fd.Summary = counts
 	}
 	return withWorstPod(fd, d.Namespace, d.Spec.Selector, f)
 }
@@ -291,7 +299,8 @@ func DaemonSet(ds *appsv1.DaemonSet, f *Facts) Finding {
 	}
 	fd.Severity = Warning
 	fd.Summary = fmt.Sprintf("ready on %d/%d devices, %d up to date", st.NumberReady, st.DesiredNumberScheduled, st.UpdatedNumberScheduled)
-	if held, ok := heldWave(fd, ds, f); ok {
+	if held, ok := heldWave(fd, stagedOf{kind: "DaemonSet", resource: "daemonset", name: ds.Name, labels: ds.Labels,
+		generation: ds.Generation, old: st.DesiredNumberScheduled - st.UpdatedNumberScheduled, unit: "device(s)"}, f); ok {
 		return held
 	}
 	if st.NumberMisscheduled > 0 {
@@ -306,33 +315,43 @@ func DaemonSet(ds *appsv1.DaemonSet, f *Facts) Finding {
 	return withWorstPod(fd, ds.Namespace, ds.Spec.Selector, f)
 }
 
+// stagedOf is the workload heldWave explains: old of its unit (devices of
+// a DaemonSet, replicas of a Deployment) run a previous revision.
+type stagedOf struct {
+	kind, resource, name string
+	labels               map[string]string
+	generation           int64
+	old                  int32
+	unit                 string
+}
+
 // heldWave names a staged rollout's wave as the reason devices run the
 // previous revision: waves not yet admitted wait for the current one, and a
 // paused or failed wave holds them.
-func heldWave(fd Finding, ds *appsv1.DaemonSet, f *Facts) (Finding, bool) {
-	rp := waves.PolicyFor(f.RolloutPolicies, ds.Labels)
+func heldWave(fd Finding, s stagedOf, f *Facts) (Finding, bool) {
+	rp := waves.PolicyFor(f.RolloutPolicies, s.labels)
 	if rp == nil {
 		return fd, false
 	}
-	w := waves.Find(rp, waves.Workload{Kind: "DaemonSet", Name: ds.Name})
-	if w == nil || w.Phase == v1alpha1.RolloutComplete || w.ObservedGeneration < ds.Generation {
+	w := waves.Find(rp, waves.Workload{Kind: s.kind, Name: s.name})
+	if w == nil || w.Phase == v1alpha1.RolloutComplete || w.ObservedGeneration < s.generation {
 		return fd, false
 	}
-	old := ds.Status.DesiredNumberScheduled - ds.Status.UpdatedNumberScheduled
+	old, unit := s.old, s.unit
 	policy := "RolloutPolicy " + rp.Namespace + "/" + rp.Name
 	fd.Stage, fd.Owner = StageRollout, policy
 	switch w.Phase {
 	case v1alpha1.RolloutProgressing:
 		fd.Severity = Info
-		fd.Summary = fmt.Sprintf("%d device(s) keep the previous revision until their wave: wave %q is proving itself (%s)", old, w.CurrentWave, fd.Summary)
+		fd.Summary = fmt.Sprintf("%d %s keep the previous revision until their wave: wave %q is proving itself (%s)", old, unit, w.CurrentWave, fd.Summary)
 	case v1alpha1.RolloutPaused:
-		fd.Summary = fmt.Sprintf("%d device(s) run the previous revision: the rollout is held at wave %q (%s)", old, w.CurrentWave, fd.Summary)
+		fd.Summary = fmt.Sprintf("%d %s run the previous revision: the rollout is held at wave %q (%s)", old, unit, w.CurrentWave, fd.Summary)
 		if rp.Spec.Paused {
-			fd.Details = append(fd.Details, "spec.paused is set: flotctl rollout resume daemonset "+ds.Name+" goes on")
+			fd.Details = append(fd.Details, "spec.paused is set: flotctl rollout resume "+s.resource+" "+s.name+" goes on")
 		}
 	case v1alpha1.RolloutRolledBack:
 		fd.Severity = Critical
-		fd.Summary = fmt.Sprintf("%d device(s) run the previous revision: wave %q failed and was rolled back (%s)", old, w.CurrentWave, fd.Summary)
+		fd.Summary = fmt.Sprintf("%d %s run the previous revision: wave %q failed and was rolled back (%s)", old, unit, w.CurrentWave, fd.Summary)
 		fd.Details = append(fd.Details, "a new template (a fixing commit) starts a new rollout")
 	}
 	if w.Message != "" {

@@ -16,16 +16,35 @@ import (
 // failed wave is a failure (it holds until the template changes); a pause
 // by spec.paused is waited out.
 func StagedDaemonSetStatus(ds *appsv1.DaemonSet, rp *v1alpha1.RolloutPolicy) Status {
-	w := waves.Find(rp, waves.Workload{Kind: "DaemonSet", Name: ds.Name})
-	if w == nil || w.ObservedGeneration < ds.Generation {
-		return Status{Message: fmt.Sprintf("Waiting for RolloutPolicy %q to take up daemon set %q's latest template...", rp.Name, ds.Name)}
+	return staged(stagedWorkload{kind: "DaemonSet", noun: "daemon set", resource: "daemonset", name: ds.Name, generation: ds.Generation,
+		complete: func() Status { return DaemonSetStatus(ds) }}, rp)
+}
+
+// StagedDeploymentStatus is StagedDaemonSetStatus for a Deployment: once
+// the policy says complete, the Deployment's own status (its replicas on
+// devices no wave takes, and the old ones going).
+func StagedDeploymentStatus(d *appsv1.Deployment, rp *v1alpha1.RolloutPolicy) Status {
+	return staged(stagedWorkload{kind: "Deployment", noun: "deployment", resource: "deployment", name: d.Name, generation: d.Generation,
+		complete: func() Status { return DeploymentStatus(d) }}, rp)
+}
+
+type stagedWorkload struct {
+	kind, noun, resource, name string
+	generation                 int64
+	complete                   func() Status
+}
+
+func staged(s stagedWorkload, rp *v1alpha1.RolloutPolicy) Status {
+	w := waves.Find(rp, waves.Workload{Kind: s.kind, Name: s.name})
+	if w == nil || w.ObservedGeneration < s.generation {
+		return Status{Message: fmt.Sprintf("Waiting for RolloutPolicy %q to take up %s %q's latest template...", rp.Name, s.noun, s.name)}
 	}
-	at := fmt.Sprintf("daemon set %q (revision %d, RolloutPolicy %q)", ds.Name, w.RevisionNumber, rp.Name)
+	at := fmt.Sprintf("%s %q (revision %d, RolloutPolicy %q)", s.noun, s.name, w.RevisionNumber, rp.Name)
 	switch w.Phase {
 	case v1alpha1.RolloutComplete:
-		st := DaemonSetStatus(ds)
+		st := s.complete()
 		if st.Done {
-			st.Message = fmt.Sprintf("daemon set %q successfully rolled out through every wave of RolloutPolicy %q", ds.Name, rp.Name)
+			st.Message = fmt.Sprintf("%s %q successfully rolled out through every wave of RolloutPolicy %q", s.noun, s.name, rp.Name)
 		}
 		return st
 	case v1alpha1.RolloutRolledBack:
@@ -36,7 +55,7 @@ func StagedDaemonSetStatus(ds *appsv1.DaemonSet, rp *v1alpha1.RolloutPolicy) Sta
 				return Status{Err: fmt.Errorf("%w: %s held: %s%s", ErrFailed, at, w.Message, failing(w))}
 			}
 		}
-		return Status{Message: fmt.Sprintf("Rollout of %s paused at wave %q (spec.paused): %s; flotctl rollout resume daemonset %s goes on...", at, w.CurrentWave, Progress(w), ds.Name)}
+		return Status{Message: fmt.Sprintf("Rollout of %s paused at wave %q (spec.paused): %s; flotctl rollout resume %s %s goes on...", at, w.CurrentWave, Progress(w), s.resource, s.name)}
 	}
 	return Status{Message: fmt.Sprintf("Waiting for %s to finish: %s...", at, Progress(w))}
 }
