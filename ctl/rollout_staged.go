@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -207,10 +208,21 @@ func (a *App) stagedStatus(ctx context.Context, c *Clients, kind, name string, f
 			}
 			return err
 		}
+		first := obj == nil
 		obj = cur
-		rp, err := a.stagingPolicy(ctx, c, c.Namespace, labels)
+		policies, err := a.rolloutPolicies(ctx, c, c.Namespace)
 		if err != nil {
 			return a.rolloutWaitErr(ctx, c, obj, err)
+		}
+		rp := waves.PolicyFor(policies, labels)
+		if first && rp != nil {
+			// Say so once: the other policies' waves, pause and criteria
+			// do not apply here.
+			for _, other := range policies {
+				if other.Name != rp.Name && other.DeletionTimestamp == nil && waves.Selects(other, labels) {
+					fmt.Fprintf(a.Out, "note: RolloutPolicy %q also selects %s %s but ignores it: RolloutPolicy %q (the first by name) stages it\n", other.Name, strings.ToLower(kind), name, rp.Name)
+				}
+			}
 		}
 		var st rollout.Status
 		switch o := cur.(type) {

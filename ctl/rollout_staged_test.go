@@ -160,3 +160,12 @@ func TestRolloutStatusOfAStagedDaemonSet(t *testing.T) {
 		t.Errorf("complete: %q", out)
 	}
 }
+
+func TestRolloutStatusNamesTheIgnoringPolicy(t *testing.T) {
+	other := kioskPolicy(func(rp *v1alpha1.RolloutPolicy) { rp.Name, rp.Status = "z-everything", v1alpha1.RolloutPolicyStatus{} })
+	h := newHarness(t, kioskDaemonSet(), kioskPolicy(nil), other)
+	out := h.ok("rollout", "status", "ds/kiosk", "--watch=false")
+	if !strings.Contains(out, `RolloutPolicy "z-everything" also selects daemonset kiosk but ignores it: RolloutPolicy "kiosks" (the first by name) stages it`) {
+		t.Errorf("output %q", out)
+	}
+}

@@ -99,6 +99,12 @@ type RolloutPolicyStatus struct {
 	// Workloads are the selected workloads' rollouts, by kind and name.
 	// +listType=atomic
 	Workloads []WorkloadRollout `json:"workloads,omitempty"`
+	// Conditions are the policy's own: Overlapping is True while a
+	// workload it selects is staged by another policy of the namespace
+	// (the first by name whose selector matches), so this one ignores it.
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // WorkloadRollout is the rollout of one workload's current template.
@@ -163,6 +169,9 @@ type DeviceFailure struct {
 const (
 	// ConditionWaveFailed is True when a wave failed its criteria.
 	ConditionWaveFailed = "WaveFailed"
+	// ConditionOverlapping, a policy's condition, is True when another
+	// policy stages a workload this one selects.
+	ConditionOverlapping = "Overlapping"
 )
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

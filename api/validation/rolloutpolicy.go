@@ -99,6 +99,7 @@ func validateMaxFailures(v *intstr.IntOrString, p *field.Path) field.ErrorList {
 func validateRolloutPolicyStatus(s *v1alpha1.RolloutPolicyStatus) field.ErrorList {
 	sp := field.NewPath("status")
 	errs := nonNegative(nil, sp.Child("observedGeneration"), s.ObservedGeneration)
+	errs = append(errs, metav1validation.ValidateConditions(s.Conditions, sp.Child("conditions"))...)
 	for i := range s.Workloads {
 		w := &s.Workloads[i]
 		p := sp.Child("workloads").Index(i)

@@ -1174,11 +1174,32 @@ func schema_flotilladev_flotilla_api_v1alpha1_RolloutPolicyStatus(ref common.Ref
 							},
 						},
 					},
+					"conditions": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"type",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Conditions are the policy's own: Overlapping is True while a workload it selects is staged by another policy of the namespace (the first by name whose selector matches), so this one ignores it.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(metav1.Condition{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			"flotilla.dev/flotilla/api/v1alpha1.WorkloadRollout"},
+			"flotilla.dev/flotilla/api/v1alpha1.WorkloadRollout", metav1.Condition{}.OpenAPIModelName()},
 	}
 }
 

@@ -89,7 +89,18 @@ func New(dyn dynamic.Interface, policies *Policies, factory informers.SharedInfo
 		recorder: recorder, clock: opts.Clock, log: opts.Logger.With("controller", Name),
 	}
 	c.loop = controlloop.New(Name, c.sync, controlloop.Options{Logger: opts.Logger})
-	if err := policies.AddEventHandler(c.loop.Handler()); err != nil {
+	// A policy's change may change which policy stages a workload, and
+	// so what every other policy of the namespace reports.
+	onPolicy := func(obj any) {
+		if k, err := controlloop.Key(obj); err == nil {
+			if n, _, err := cache.SplitMetaNamespaceKey(k); err == nil {
+				c.enqueueNamespace(n)
+			}
+		}
+	}
+	if err := policies.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: onPolicy, UpdateFunc: func(_, cur any) { onPolicy(cur) }, DeleteFunc: onPolicy,
+	}); err != nil {
 		return nil, fmt.Errorf("rolloutpolicy informer: %w", err)
 	}
 	onDS := func(obj any) {
@@ -240,6 +251,20 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		if err := stepOne(s); err != nil {
 			return err
 		}
+	}
+	var all []workloadLabels
+	for _, ds := range dss {
+		if ds.DeletionTimestamp == nil {
+			all = append(all, workloadLabels{waves.Workload{Kind: daemonset.GVK.Kind, Name: ds.Name}, ds.Labels})
+		}
+	}
+	for _, d := range deps {
+		if d.DeletionTimestamp == nil {
+			all = append(all, workloadLabels{waves.Workload{Kind: "Deployment", Name: d.Name}, d.Labels})
+		}
+	}
+	if msg := setOverlapping(&st.Conditions, rp.Generation, ignoredBy(rp, c.policies.InNamespace(ns), all)); msg != "" {
+		c.recorder.Event(rp, corev1.EventTypeWarning, v1alpha1.ConditionOverlapping, msg)
 	}
 	if recheck > 0 {
 		c.loop.EnqueueAfter(key, recheck)
