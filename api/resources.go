@@ -9,6 +9,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -69,6 +70,8 @@ var all = []*Resource{
 		New: func() runtime.Object { return &coordinationv1.Lease{} }, NewList: func() runtime.Object { return &coordinationv1.LeaseList{} }},
 	{GVR: discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), Kind: "EndpointSlice", Singular: "endpointslice", Namespaced: true,
 		New: func() runtime.Object { return &discoveryv1.EndpointSlice{} }, NewList: func() runtime.Object { return &discoveryv1.EndpointSliceList{} }},
+	{GVR: schedulingv1.SchemeGroupVersion.WithResource("priorityclasses"), Kind: "PriorityClass", Singular: "priorityclass", ShortNames: []string{"pc"},
+		New: func() runtime.Object { return &schedulingv1.PriorityClass{} }, NewList: func() runtime.Object { return &schedulingv1.PriorityClassList{} }},
 	{GVR: v1alpha1.SchemeGroupVersion.WithResource("gitsources"), Kind: "GitSource", Singular: "gitsource", Namespaced: true, ShortNames: []string{"gs"}, HasStatus: true,
 		New: func() runtime.Object { return &v1alpha1.GitSource{} }, NewList: func() runtime.Object { return &v1alpha1.GitSourceList{} }},
 	{GVR: v1alpha1.SchemeGroupVersion.WithResource("rolloutpolicies"), Kind: "RolloutPolicy", Singular: "rolloutpolicy", Namespaced: true, ShortNames: []string{"rp"}, HasStatus: true,

@@ -9,6 +9,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -30,6 +31,7 @@ func init() {
 	utilruntime.Must(batchv1.AddToScheme(Scheme))
 	utilruntime.Must(coordinationv1.AddToScheme(Scheme))
 	utilruntime.Must(discoveryv1.AddToScheme(Scheme))
+	utilruntime.Must(schedulingv1.AddToScheme(Scheme))
 	// Scale travels in the scale subresources' bodies (protobuf from
 	// client-go's typed clients).
 	utilruntime.Must(autoscalingv1.AddToScheme(Scheme))

@@ -8,6 +8,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -67,6 +68,11 @@ func Default(obj runtime.Object) {
 		job(o)
 	case *batchv1.CronJob:
 		cronJob(o)
+	case *schedulingv1.PriorityClass:
+		if o.PreemptionPolicy == nil {
+			p := corev1.PreemptLowerPriority
+			o.PreemptionPolicy = &p
+		}
 	case *v1alpha1.GitSource:
 		gitSource(o)
 	case *v1alpha1.RolloutPolicy:
@@ -82,6 +88,19 @@ func DefaultUpdate(obj, old runtime.Object) {
 	if svc, ok := obj.(*corev1.Service); ok {
 		if oldSvc, ok := old.(*corev1.Service); ok {
 			keepAllocated(svc, oldSvc)
+		}
+	}
+	if pod, ok := obj.(*corev1.Pod); ok {
+		if oldPod, ok := old.(*corev1.Pod); ok {
+			// Admission resolved these from the class on create; a
+			// client that sends its manifest back must not lose them
+			// (Kubernetes' Priority admission keeps them too).
+			if pod.Spec.Priority == nil {
+				pod.Spec.Priority = oldPod.Spec.Priority
+			}
+			if pod.Spec.PreemptionPolicy == nil {
+				pod.Spec.PreemptionPolicy = oldPod.Spec.PreemptionPolicy
+			}
 		}
 	}
 	Default(obj)

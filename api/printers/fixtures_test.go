@@ -8,6 +8,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -243,6 +244,11 @@ func fixtures() map[string]runtime.Object {
 		"leases": &coordinationv1.LeaseList{Items: []coordinationv1.Lease{
 			{ObjectMeta: objMeta("edge-1", 49*time.Hour), Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr("edge-1"), RenewTime: ptr(metav1.NewMicroTime(now.Add(-5 * time.Second)))}},
 			{ObjectMeta: objMeta("free", time.Hour)},
+		}},
+		"priorityclasses": &schedulingv1.PriorityClassList{Items: []schedulingv1.PriorityClass{
+			{ObjectMeta: metav1.ObjectMeta{Name: "system-node-critical", CreationTimestamp: ago(30 * 24 * time.Hour)}, Value: 2000001000, PreemptionPolicy: ptr(corev1.PreemptLowerPriority)},
+			{ObjectMeta: metav1.ObjectMeta{Name: "shop-default", CreationTimestamp: ago(2 * time.Hour)}, Value: 1000, GlobalDefault: true, PreemptionPolicy: ptr(corev1.PreemptLowerPriority)},
+			{ObjectMeta: metav1.ObjectMeta{Name: "batch-low", CreationTimestamp: ago(5 * time.Minute)}, Value: -10, PreemptionPolicy: ptr(corev1.PreemptNever)},
 		}},
 		"namespaces": &corev1.NamespaceList{Items: []corev1.Namespace{
 			{ObjectMeta: metav1.ObjectMeta{Name: "default", CreationTimestamp: ago(30 * 24 * time.Hour)}, Status: corev1.NamespaceStatus{Phase: corev1.NamespaceActive}},

@@ -12,6 +12,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -204,6 +205,20 @@ func init() {
 			holder = *l.Spec.HolderIdentity
 		}
 		return []any{l.Name, holder, age(l.CreationTimestamp, now)}
+	}))
+
+	register(schedulingv1.SchemeGroupVersion.WithKind("PriorityClass"), []column{
+		nameColumn(),
+		col("Value", "integer", "The priority pods of this class get."),
+		col("Global-Default", "boolean", "Whether pods naming no class get this one."),
+		ageColumn(),
+		col("PreemptionPolicy", "string", "Whether pods of this class may preempt lower-priority pods."),
+	}, as(func(pc *schedulingv1.PriorityClass, now time.Time) []any {
+		policy := ""
+		if pc.PreemptionPolicy != nil {
+			policy = string(*pc.PreemptionPolicy)
+		}
+		return []any{pc.Name, int64(pc.Value), pc.GlobalDefault, age(pc.CreationTimestamp, now), policy}
 	}))
 
 	register(corev1.SchemeGroupVersion.WithKind("Namespace"), []column{

@@ -159,6 +159,7 @@ func TestKubectlColumnNames(t *testing.T) {
 		"secrets":             "NAME TYPE DATA AGE |",
 		"events":              "LAST SEEN TYPE REASON OBJECT MESSAGE | SUBOBJECT SOURCE FIRST SEEN COUNT NAME",
 		"leases":              "NAME HOLDER AGE |",
+		"priorityclasses":     "NAME VALUE GLOBAL-DEFAULT AGE PREEMPTIONPOLICY |",
 		"namespaces":          "NAME STATUS AGE |",
 		"gitsources":          "NAME URL REF COMMIT READY MESSAGE AGE |",
 		"rolloutpolicies":     "NAME WAVES ON FAILURE PAUSED ROLLOUTS AGE | SELECTOR",

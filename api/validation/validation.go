@@ -10,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -101,6 +102,8 @@ func ValidateCreate(obj runtime.Object, opts Options) field.ErrorList {
 		return validateLease(o)
 	case *discoveryv1.EndpointSlice:
 		return validateEndpointSlice(o)
+	case *schedulingv1.PriorityClass:
+		return validatePriorityClass(o, nil)
 	case *v1alpha1.GitSource:
 		return validateGitSource(o)
 	case *v1alpha1.RolloutPolicy:
@@ -153,6 +156,8 @@ func ValidateUpdate(obj, old runtime.Object, opts Options) field.ErrorList {
 		return append(errs, validateLeaseSpec(o)...)
 	case *discoveryv1.EndpointSlice:
 		return append(errs, validateEndpointSliceUpdate(o, old.(*discoveryv1.EndpointSlice))...)
+	case *schedulingv1.PriorityClass:
+		return append(errs, validatePriorityClass(o, old.(*schedulingv1.PriorityClass))...)
 	case *v1alpha1.GitSource:
 		return append(errs, validateGitSourceSpec(o)...)
 	case *v1alpha1.RolloutPolicy:
@@ -194,7 +199,7 @@ func ValidateStatusUpdate(obj, old runtime.Object) field.ErrorList {
 		return append(errs, validateGitSourceStatus(&o.Status)...)
 	case *v1alpha1.RolloutPolicy:
 		return append(errs, validateRolloutPolicyStatus(&o.Status)...)
-	case *corev1.ConfigMap, *corev1.Secret, *corev1.Event, *coordinationv1.Lease, *discoveryv1.EndpointSlice, *appsv1.ControllerRevision:
+	case *corev1.ConfigMap, *corev1.Secret, *corev1.Event, *coordinationv1.Lease, *discoveryv1.EndpointSlice, *appsv1.ControllerRevision, *schedulingv1.PriorityClass:
 		return append(errs, field.InternalError(field.NewPath("status"),
 			fmt.Errorf("%T has no status subresource", obj)))
 	}

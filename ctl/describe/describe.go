@@ -15,6 +15,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -205,6 +206,17 @@ func Describe(obj runtime.Object, facts *diagnose.Facts, style term.Style) (stri
 		if o.Spec.RenewTime != nil {
 			w.line(0, "Renewed:\t%s (%s)", o.Spec.RenewTime.UTC().Format(time.RFC3339), w.ago(o.Spec.RenewTime.Time))
 		}
+	case *schedulingv1.PriorityClass:
+		kind, m = "PriorityClass", &o.ObjectMeta
+		w.meta(m)
+		w.line(0, "Value:\t%d", o.Value)
+		w.line(0, "GlobalDefault:\t%t", o.GlobalDefault)
+		policy := "<unset>"
+		if o.PreemptionPolicy != nil {
+			policy = string(*o.PreemptionPolicy)
+		}
+		w.line(0, "PreemptionPolicy:\t%s", policy)
+		w.line(0, "Description:\t%s", o.Description)
 	case *corev1.Namespace:
 		kind, m = "Namespace", &o.ObjectMeta
 		w.meta(m)

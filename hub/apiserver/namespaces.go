@@ -15,7 +15,7 @@ import (
 
 const namespaceFinalizer = "flotilla.dev/namespace"
 
-// bootstrap creates the namespaces every hub has.
+// bootstrap creates the namespaces and PriorityClasses every hub has.
 func (s *Server) bootstrap(ctx context.Context) error {
 	for _, name := range []string{api.NamespaceDefault, api.NamespaceNodeLease, api.NamespaceSystem} {
 		if s.cache.get(nsResource, "", name) != nil {
@@ -26,7 +26,7 @@ func (s *Server) bootstrap(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return s.bootstrapPriorityClasses(ctx)
 }
 
 // runNamespaceFinalizer empties namespaces being deleted and then removes

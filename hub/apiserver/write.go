@@ -64,6 +64,9 @@ func (s *Server) create(ctx context.Context, res *api.Resource, obj runtime.Obje
 	m.SetGeneration(1)
 	prepareCreate(res, obj)
 	defaults.Default(obj)
+	if err := s.admitPriority(ctx, obj, nil); err != nil {
+		return nil, nil, err
+	}
 	obj = s.fields.record(res, "", nil, obj, o)
 	m, _ = meta.Accessor(obj)
 	if errs := validation.ValidateCreate(obj, s.validationOptions()); len(errs) > 0 {
@@ -215,6 +218,9 @@ func (s *Server) update(ctx context.Context, res *api.Resource, ns, name, subres
 			obj = s.fields.record(res, subresource, cur, obj, o)
 		}
 		if err := s.admit(s.withLookup(ctx), obj, cur); err != nil {
+			return nil, nil, false, err
+		}
+		if err := s.admitPriority(ctx, obj, cur); err != nil {
 			return nil, nil, false, err
 		}
 		if subresource == "" {

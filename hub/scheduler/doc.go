@@ -22,7 +22,10 @@
 // controller, or same labels) over nodes and over the topology label,
 // plus preferred node affinity, preferred pod (anti-)affinity and
 // ScheduleAnyway spreading, each normalized over the feasible nodes.
-// Priority and preemption are not implemented: every pod waits its turn.
+// Pods are taken highest spec.priority first and, among equals, in the
+// order they were queued (kube-scheduler's PrioritySort); the API server
+// resolved the priority from the pod's PriorityClass. Preemption is not
+// implemented: a high-priority pod that fits nowhere waits like any other.
 //
 // A pod that fits nowhere gets PodScheduled=False (Unschedulable) and a
 // FailedScheduling event worded as kube-scheduler words it ("0/5 nodes

@@ -117,3 +117,7 @@ func newTestCache(nodes ...*corev1.Node) *Cache {
 	}
 	return c
 }
+
+func withPriority(v int32) func(*corev1.Pod) {
+	return func(p *corev1.Pod) { p.Spec.Priority = &v }
+}

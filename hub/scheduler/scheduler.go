@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"flotilla.dev/flotilla/api/podutil"
+	"flotilla.dev/flotilla/api/scheduling"
 	"flotilla.dev/flotilla/internal/controlloop"
 )
 
@@ -93,7 +94,7 @@ type Scheduler struct {
 	log       *slog.Logger
 	podLister corelisters.PodLister
 	synced    []cache.InformerSynced
-	queue     workqueue.TypedRateLimitingInterface[string]
+	queue     *activeQueue
 	recorder  record.EventRecorder
 	jobs      chan func(context.Context)
 
@@ -114,14 +115,11 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, c
 		return nil, fmt.Errorf("scheduler config: PercentageOfNodesToScore %d is outside 0..100", cfg.PercentageOfNodesToScore)
 	}
 	s := &Scheduler{
-		client:  client,
-		factory: factory,
-		cfg:     cfg,
-		cache:   NewCache(CacheConfig{TopologyKey: cfg.TopologyKey, PercentageOfNodesToScore: cfg.PercentageOfNodesToScore}),
-		log:     cfg.Logger.With("component", "scheduler"),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.InitialBackoff, cfg.MaxBackoff),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "scheduler"}),
+		client:        client,
+		factory:       factory,
+		cfg:           cfg,
+		cache:         NewCache(CacheConfig{TopologyKey: cfg.TopologyKey, PercentageOfNodesToScore: cfg.PercentageOfNodesToScore}),
+		log:           cfg.Logger.With("component", "scheduler"),
 		recorder:      cfg.Recorder,
 		jobs:          make(chan func(context.Context), cfg.Workers),
 		unschedulable: map[string]time.Time{},
@@ -129,6 +127,8 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, c
 	pods := factory.Core().V1().Pods()
 	nodes := factory.Core().V1().Nodes()
 	s.podLister = pods.Lister()
+	s.queue = newActiveQueue(s.keyPriority,
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.InitialBackoff, cfg.MaxBackoff))
 	if _, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    s.onPodAdd,
 		UpdateFunc: s.onPodUpdate,
@@ -145,6 +145,19 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, c
 	}
 	s.synced = []cache.InformerSynced{pods.Informer().HasSynced, nodes.Informer().HasSynced}
 	return s, nil
+}
+
+// keyPriority is the queued pod's priority, read when it is queued.
+func (s *Scheduler) keyPriority(key string) int32 {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return 0
+	}
+	pod, err := s.podLister.Pods(ns).Get(name)
+	if err != nil {
+		return 0
+	}
+	return scheduling.PodPriority(pod)
 }
 
 // Cache is the scheduler's view of nodes and placed pods.

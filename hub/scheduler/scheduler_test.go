@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -206,4 +207,14 @@ func TestConfigValidation(t *testing.T) {
 	if err == nil {
 		t.Error("PercentageOfNodesToScore 101 accepted")
 	}
+}
+
+func TestHigherPriorityPodIsPlacedFirst(t *testing.T) {
+	objs := []runtime.Object{node("n1", "4", "8Gi", 1)}
+	for i := range 10 {
+		objs = append(objs, pod(fmt.Sprintf("low-%d", i), "", ""))
+	}
+	objs = append(objs, pod("urgent", "", "", withPriority(100)))
+	h := startScheduler(t, objs...)
+	h.waitPod(t, "urgent", func(p *corev1.Pod) bool { return p.Spec.NodeName == "n1" })
 }

@@ -24,6 +24,7 @@ go run "k8s.io/kube-openapi/cmd/openapi-gen@${version}" \
 	k8s.io/api/coordination/v1 \
 	k8s.io/api/discovery/v1 \
 	k8s.io/api/batch/v1 \
+	k8s.io/api/scheduling/v1 \
 	k8s.io/api/scheduling/v1alpha3 \
 	k8s.io/apimachinery/pkg/apis/meta/v1 \
 	k8s.io/apimachinery/pkg/api/resource \

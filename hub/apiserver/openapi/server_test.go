@@ -46,6 +46,7 @@ var fieldsByKind = map[string]map[string]string{
 	"ControllerRevision": {"revision": "integer", "data": "map"},
 	"Job":                {"spec.completions": "integer", "spec.template.spec.restartPolicy": "string", "status.succeeded": "integer", "status.conditions.type": "string"},
 	"CronJob":            {"spec.schedule": "string", "spec.timeZone": "string", "spec.jobTemplate.spec.template.spec.restartPolicy": "string", "status.lastScheduleTime": "string", "status.active.name": "string"},
+	"PriorityClass":      {"value": "integer", "globalDefault": "boolean", "preemptionPolicy": "string", "description": "string"},
 	"Lease":              {"spec.holderIdentity": "string", "spec.leaseDurationSeconds": "integer"},
 	"EndpointSlice":      {"endpoints.addresses": "array", "addressType": "string", "ports.port": "integer"},
 	"GitSource":          {"spec.url": "string", "spec.ref.branch": "string", "spec.prune": "boolean", "status.lastAppliedCommit": "string", "status.lastHandledReconcileAt": "string", "status.conditions.type": "string", "status.inventory.kind": "string"},
