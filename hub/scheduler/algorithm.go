@@ -65,6 +65,7 @@ const (
 // candidate is a pod being scheduled, with what the filters need computed once.
 type candidate struct {
 	st                     *podState
+	priority               int32
 	tolerations            []corev1.Toleration
 	matcher                *scheduling.NodeMatcher
 	toleratesUnschedulable bool
@@ -78,6 +79,7 @@ var unschedulableTaint = corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect
 func newCandidate(pod *corev1.Pod) *candidate {
 	return &candidate{
 		st:                     newPodState(pod, ""),
+		priority:               scheduling.PodPriority(pod),
 		tolerations:            pod.Spec.Tolerations,
 		matcher:                scheduling.CompileNodeMatcher(pod),
 		toleratesUnschedulable: scheduling.Tolerated(&unschedulableTaint, pod.Spec.Tolerations),
@@ -104,12 +106,11 @@ func (n *nodeInfo) fits(p *candidate) bool {
 			}
 		}
 	}
-	if n.podCount+1 > n.allowedPods {
+	free, count := n.room(p)
+	if count+1 > n.allowedPods {
 		return false
 	}
 	r := &p.st.req
-	free := n.allocatable
-	free.sub(n.requested)
 	if r.MilliCPU > 0 && r.MilliCPU > free.MilliCPU ||
 		r.Memory > 0 && r.Memory > free.Memory ||
 		r.EphemeralStorage > 0 && r.EphemeralStorage > free.EphemeralStorage {
@@ -147,12 +148,11 @@ func (n *nodeInfo) failureReasons(p *candidate, out []string) []string {
 		}
 	}
 	start := len(out)
-	if n.podCount+1 > n.allowedPods {
+	free, count := n.room(p)
+	if count+1 > n.allowedPods {
 		out = append(out, ReasonTooManyPods)
 	}
 	r := &p.st.req
-	free := n.allocatable
-	free.sub(n.requested)
 	if r.MilliCPU > 0 && r.MilliCPU > free.MilliCPU {
 		out = append(out, ReasonInsufficient(corev1.ResourceCPU))
 	}
@@ -173,6 +173,23 @@ func (n *nodeInfo) failureReasons(p *candidate, out []string) []string {
 		panic(fmt.Sprintf("scheduler: node %s rejected pod without a reason", n.name))
 	}
 	return out
+}
+
+// room is what is free on n for p: allocatable less the bound pods, less
+// the pods of at least p's priority nominated here (kube-scheduler
+// filters with those added, so that room preemption made is not taken
+// by a lesser pod), and the pod count with them.
+func (n *nodeInfo) room(p *candidate) (resources, int64) {
+	free := n.allocatable
+	free.sub(n.requested)
+	count := n.podCount
+	for _, nm := range n.nominees {
+		if nm.key != p.st.key && nm.priority >= p.priority {
+			free.sub(nm.req)
+			count++
+		}
+	}
+	return free, count
 }
 
 func (c *Cache) numFeasibleNodesToFind(all int) int {

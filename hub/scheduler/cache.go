@@ -9,8 +9,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"flotilla.dev/flotilla/api/podutil"
+	"flotilla.dev/flotilla/api/scheduling"
 	"flotilla.dev/flotilla/internal/controlloop"
 )
 
@@ -56,7 +58,10 @@ type Cache struct {
 	// withAnti are the pods with required anti-affinity, which every
 	// placement must respect.
 	withAnti map[*podState]struct{}
-	rng      *rand.Rand
+	// nominated maps the pods preemption made room for to their node.
+	nominated map[string]*nominee
+	seq       uint64
+	rng       *rand.Rand
 	// The rest is scratch space reused between attempts (under mu) so
 	// that scheduling a pod does not allocate per node.
 	feasible    []*nodeInfo
@@ -88,14 +93,27 @@ type nodeInfo struct {
 	ports         []hostPort
 	workloads     map[string]int // pods per workload on this node
 	index         int            // in Cache.order, -1 when not there
+	pods          map[string]*podState
+	// nominees are pods waiting for the room preemption makes here: pods
+	// of lower priority must not take it.
+	nominees []*nominee
 	// scratchCount is this node's count of the workload being scored,
 	// valid when scratchGen equals Cache.gen.
 	scratchGen   uint64
 	scratchCount int
 }
 
+// nominee is a pod nominated to a node, with what it will need there.
+type nominee struct {
+	key      string
+	node     string
+	priority int32
+	req      resources
+}
+
 // podState is what the cache remembers of a bound or assumed pod.
 type podState struct {
+	key      string
 	node     string
 	req      resources
 	nonZero  resources
@@ -107,6 +125,13 @@ type podState struct {
 	namespace string
 	labels    map[string]string
 	anti      []podTerm
+	// For preemption: who the pod is, how much it matters, how long the
+	// cache has known it, and whether the scheduler is evicting it.
+	name      string
+	uid       types.UID
+	priority  int32
+	seq       uint64
+	preempted bool
 }
 
 // NewCache returns an empty Cache.
@@ -122,6 +147,7 @@ func NewCache(cfg CacheConfig) *Cache {
 		workloads:   map[string]*workload{},
 		zoneIDs:     map[string]int{},
 		withAnti:    map[*podState]struct{}{},
+		nominated:   map[string]*nominee{},
 		rng:         rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
 }
@@ -222,7 +248,7 @@ func (c *Cache) DeleteNode(name string) {
 	}
 	c.removeFromOrder(n)
 	n.known = false
-	if n.podCount == 0 {
+	if n.podCount == 0 && len(n.nominees) == 0 {
 		delete(c.nodes, name)
 	}
 }
@@ -240,7 +266,7 @@ func (c *Cache) removeFromOrder(n *nodeInfo) {
 }
 
 func newNodeInfo(name string) *nodeInfo {
-	return &nodeInfo{name: name, workloads: map[string]int{}, index: -1, zoneID: -1}
+	return &nodeInfo{name: name, workloads: map[string]int{}, pods: map[string]*podState{}, index: -1, zoneID: -1}
 }
 
 func (c *Cache) zoneID(zone string) int {
@@ -297,6 +323,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 	defer c.mu.Unlock()
 	key := podKey(pod)
 	if old := c.pods[key]; old != nil {
+		st.seq = old.seq
 		c.removePodLocked(key, old)
 	}
 	c.addPodLocked(key, st)
@@ -341,6 +368,7 @@ func (c *Cache) NodeCount() int {
 
 func newPodState(pod *corev1.Pod, node string) *podState {
 	return &podState{
+		key:      podKey(pod),
 		node:     node,
 		req:      podRequests(pod, containerRequests),
 		nonZero:  podRequests(pod, containerNonZero),
@@ -350,6 +378,11 @@ func newPodState(pod *corev1.Pod, node string) *podState {
 		namespace: pod.Namespace,
 		labels:    pod.Labels,
 		anti:      requiredAntiAffinity(pod),
+
+		name:      pod.Name,
+		uid:       pod.UID,
+		priority:  scheduling.PodPriority(pod),
+		preempted: pod.DeletionTimestamp != nil && preemptedByScheduler(pod),
 	}
 }
 
@@ -360,6 +393,11 @@ func (c *Cache) addPodLocked(key string, st *podState) {
 		c.nodes[st.node] = n
 	}
 	c.pods[key] = st
+	if st.seq == 0 {
+		c.seq++
+		st.seq = c.seq
+	}
+	n.pods[key] = st
 	n.requested.add(st.req)
 	n.nonZero.add(st.nonZero)
 	n.podCount++
@@ -377,6 +415,7 @@ func (c *Cache) removePodLocked(key string, st *podState) {
 	if n == nil {
 		return
 	}
+	delete(n.pods, key)
 	n.requested.sub(st.req)
 	n.nonZero.sub(st.nonZero)
 	n.podCount--
@@ -389,7 +428,96 @@ func (c *Cache) removePodLocked(key string, st *podState) {
 		}
 	}
 	c.workloadAdd(n, st.workload, -1)
-	if !n.known && n.podCount == 0 {
+	if !n.known && n.podCount == 0 && len(n.nominees) == 0 {
 		delete(c.nodes, n.name)
 	}
+}
+
+// preemptedByScheduler reports whether pod carries the DisruptionTarget
+// condition a scheduler's preemption writes.
+func preemptedByScheduler(pod *corev1.Pod) bool {
+	for i := range pod.Status.Conditions {
+		c := &pod.Status.Conditions[i]
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason == corev1.PodReasonPreemptionByScheduler {
+			return true
+		}
+	}
+	return false
+}
+
+// SetNominated records pod's status.nominatedNodeName: while it waits for
+// the room preemption makes there, pods of lower priority are placed as if
+// it were already there. A bound, finished or unnominated pod holds nothing.
+func (c *Cache) SetNominated(pod *corev1.Pod) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := podKey(pod)
+	switch {
+	case pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil || podutil.IsTerminal(pod):
+		c.nominateLocked(key, "", 0, resources{})
+	case pod.Status.NominatedNodeName != "":
+		c.nominateLocked(key, pod.Status.NominatedNodeName, scheduling.PodPriority(pod), podRequests(pod, containerRequests))
+	}
+	// An unbound pod without one keeps what the scheduler nominated
+	// until its own status write comes back.
+}
+
+// Nominate records a nomination the scheduler just made, before the API
+// echoes it back.
+func (c *Cache) Nominate(pod *corev1.Pod, node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nominateLocked(podKey(pod), node, scheduling.PodPriority(pod), podRequests(pod, containerRequests))
+}
+
+// MarkPreempted notes that the scheduler is evicting these pods, before
+// their DisruptionTarget condition comes back through the informer, so a
+// retry of the preemptor does not pick more victims meanwhile.
+func (c *Cache) MarkPreempted(victims []Victim) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, v := range victims {
+		if st := c.pods[v.key]; st != nil {
+			st.preempted = true
+		}
+	}
+}
+
+// Unnominate forgets pod's nomination.
+func (c *Cache) Unnominate(pod *corev1.Pod) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nominateLocked(podKey(pod), "", 0, resources{})
+}
+
+func (c *Cache) nominateLocked(key, node string, prio int32, req resources) {
+	if old := c.nominated[key]; old != nil {
+		if old.node == node {
+			old.priority, old.req = prio, req
+			return
+		}
+		delete(c.nominated, key)
+		if n := c.nodes[old.node]; n != nil {
+			for i, nm := range n.nominees {
+				if nm == old {
+					n.nominees = append(n.nominees[:i], n.nominees[i+1:]...)
+					break
+				}
+			}
+			if !n.known && n.podCount == 0 && len(n.nominees) == 0 {
+				delete(c.nodes, n.name)
+			}
+		}
+	}
+	if node == "" {
+		return
+	}
+	n := c.nodes[node]
+	if n == nil {
+		n = newNodeInfo(node)
+		c.nodes[node] = n
+	}
+	nm := &nominee{key: key, node: node, priority: prio, req: req}
+	c.nominated[key] = nm
+	n.nominees = append(n.nominees, nm)
 }

@@ -24,13 +24,34 @@
 // ScheduleAnyway spreading, each normalized over the feasible nodes.
 // Pods are taken highest spec.priority first and, among equals, in the
 // order they were queued (kube-scheduler's PrioritySort); the API server
-// resolved the priority from the pod's PriorityClass. Preemption is not
-// implemented: a high-priority pod that fits nowhere waits like any other.
+// resolved the priority from the pod's PriorityClass.
+//
+// A pod that fits nowhere may preempt, as kube-scheduler's
+// DefaultPreemption (Preempt): unless its preemptionPolicy is Never, on
+// each node only other pods keep it from, a dry run removes every pod of
+// lower priority and puts back as many as still let it fit, highest
+// priority first; the node with the lowest highest-victim priority, then
+// the lowest priority sum, then the fewest victims wins. The pod gets
+// status.nominatedNodeName, the victims DisruptionTarget=True
+// (PreemptionByScheduler), a graceful delete and a Preempted event, and
+// the pod is bound on a later attempt once they are gone. While it waits,
+// pods of lower priority are placed as if it were already on that node.
+// PodDisruptionBudgets are not consulted: the hub does not serve
+// policy/v1. Lower-priority pods nominated to the same node keep their
+// nomination (kube-scheduler clears it).
+//
+// A filter is added in three places, in the same order: nodeInfo.fits
+// (the hot path, no allocation), nodeInfo.failureReasons (the same check
+// with its kube-scheduler-worded reason) and, when evicting pods cannot
+// change its answer, nodeInfo.staticFits, which tells preemption to skip
+// the node.
 //
 // A pod that fits nowhere gets PodScheduled=False (Unschedulable) and a
 // FailedScheduling event worded as kube-scheduler words it ("0/5 nodes
 // are available: 3 Insufficient memory, 2 node(s) had untolerated taint
-// {node.kubernetes.io/unreachable: }."), and waits until a node or a bound
+// {node.kubernetes.io/unreachable: }. preemption: 0/5 nodes are
+// available: 2 Preemption is not helpful for scheduling, 3 No preemption
+// victims found for incoming pod."), and waits until a node or a bound
 // pod changes (or UnschedulableTimeout passes), then retries with per-pod
 // exponential backoff.
 package scheduler

@@ -106,15 +106,18 @@ func TestAgainstHub(t *testing.T) {
 		want      string
 	}{
 		{"too-big", "2Gi", nil,
-			"0/5 nodes are available: 2 node(s) had untolerated taint {node.kubernetes.io/unreachable: }, 3 Insufficient memory."},
+			"0/5 nodes are available: 2 node(s) had untolerated taint {node.kubernetes.io/unreachable: }, 3 Insufficient memory." +
+				" preemption: 0/5 nodes are available: 2 Preemption is not helpful for scheduling, 3 No preemption victims found for incoming pod."},
 		{"wrong-site", "1Mi", func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"site": "rome"} },
-			"0/5 nodes are available: 2 node(s) had untolerated taint {node.kubernetes.io/unreachable: }, 3 node(s) didn't match Pod's node affinity/selector."},
+			"0/5 nodes are available: 2 node(s) had untolerated taint {node.kubernetes.io/unreachable: }, 3 node(s) didn't match Pod's node affinity/selector." +
+				" preemption: 0/5 nodes are available: 5 Preemption is not helpful for scheduling."},
 		{"affinity", "1Mi", func(p *corev1.Pod) {
 			p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
 					{Key: "site", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"berlin"}}}}}}}}
 			p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
-		}, "0/5 nodes are available: 2 node(s) were not ready, 3 node(s) didn't match Pod's node affinity/selector."},
+		}, "0/5 nodes are available: 2 node(s) were not ready, 3 node(s) didn't match Pod's node affinity/selector." +
+			" preemption: 0/5 nodes are available: 5 Preemption is not helpful for scheduling."},
 	} {
 		createPod(t, c, tc.name, tc.mem, tc.mod)
 		waitFor(t, "pod "+tc.name+" marked unschedulable", func(ctx context.Context) (bool, error) {
@@ -153,7 +156,8 @@ func TestAgainstHub(t *testing.T) {
 			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 8080, HostPort: 8080}}
 		})
 	}
-	portMsg := "0/5 nodes are available: 2 node(s) had untolerated taint {node.kubernetes.io/unreachable: }, 3 node(s) didn't have free ports for the requested pod ports."
+	portMsg := "0/5 nodes are available: 2 node(s) had untolerated taint {node.kubernetes.io/unreachable: }, 3 node(s) didn't have free ports for the requested pod ports." +
+		" preemption: 0/5 nodes are available: 2 Preemption is not helpful for scheduling, 3 No preemption victims found for incoming pod."
 	waitFor(t, "three port pods bound on three nodes, the fourth refused", func(ctx context.Context) (bool, error) {
 		pods, err := c.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
 		if err != nil {

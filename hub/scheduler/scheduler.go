@@ -235,8 +235,10 @@ func (s *Scheduler) scheduleOne(ctx context.Context) bool {
 	switch {
 	case err == nil:
 		s.submit(ctx, func(ctx context.Context) { s.bind(ctx, key, pod, node) })
-	case errors.As(err, &fitErr), errors.Is(err, ErrNoNodesAvailable):
-		s.markUnschedulable(ctx, key, pod, err.Error())
+	case errors.As(err, &fitErr):
+		s.preempt(ctx, key, pod, fitErr)
+	case errors.Is(err, ErrNoNodesAvailable):
+		s.markUnschedulable(ctx, key, pod, err.Error(), nil)
 	case errors.Is(err, ErrAlreadyAssumed):
 		s.queue.Forget(key)
 	default:
@@ -279,11 +281,88 @@ func (s *Scheduler) bind(ctx context.Context, key string, pod *corev1.Pod, node 
 	}
 }
 
+// preempt runs when pod fits nowhere: if evicting lower-priority pods
+// makes room on some node, the pod is nominated to it and the victims
+// are marked (DisruptionTarget) and deleted gracefully, as kube-scheduler
+// does; the pod is placed on a later attempt, once they are gone. Either
+// way it is parked with the FailedScheduling message.
+func (s *Scheduler) preempt(ctx context.Context, key string, pod *corev1.Pod, fitErr *FitError) {
+	pr := s.cache.Preempt(pod)
+	msg := PreemptionMessage(fitErr, pr)
+	if pr.Node == "" {
+		var nominate *string
+		if pod.Status.NominatedNodeName != "" && pr.Message != msgTerminatingOnTarget {
+			// The nominated node will not do any more.
+			clear := ""
+			nominate = &clear
+			s.cache.Unnominate(pod)
+		}
+		s.markUnschedulable(ctx, key, pod, msg, nominate)
+		return
+	}
+	s.log.Info("preempting", "pod", key, "node", pr.Node, "victims", len(pr.Victims))
+	s.cache.Nominate(pod, pr.Node)
+	s.cache.MarkPreempted(pr.Victims)
+	for _, v := range pr.Victims {
+		s.submit(ctx, func(ctx context.Context) {
+			if err := s.evict(ctx, pod, pr.Node, v); err != nil && ctx.Err() == nil {
+				s.log.Warn("preempting a pod failed", "victim", v.Namespace+"/"+v.Name, "err", err)
+			}
+		})
+	}
+	node := pr.Node
+	s.markUnschedulable(ctx, key, pod, msg, &node)
+}
+
+// evict marks the victim as kube-scheduler does (DisruptionTarget=True,
+// reason PreemptionByScheduler), deletes it with its grace period and
+// records the Preempted event.
+func (s *Scheduler) evict(ctx context.Context, preemptor *corev1.Pod, node string, v Victim) error {
+	pods := s.client.CoreV1().Pods(v.Namespace)
+	for attempt := 0; ; attempt++ {
+		victim, err := pods.Get(ctx, v.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && victim.UID != v.UID {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if victim.DeletionTimestamp != nil {
+			return nil
+		}
+		cond := corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+			Reason:             corev1.PodReasonPreemptionByScheduler,
+			Message:            fmt.Sprintf("%s: preempting to accommodate a higher priority pod", s.cfg.SchedulerName),
+			LastTransitionTime: metav1.NewTime(s.cfg.Clock.Now())}
+		replaced := false
+		for i := range victim.Status.Conditions {
+			if victim.Status.Conditions[i].Type == corev1.DisruptionTarget {
+				victim.Status.Conditions[i], replaced = cond, true
+			}
+		}
+		if !replaced {
+			victim.Status.Conditions = append(victim.Status.Conditions, cond)
+		}
+		if _, err = pods.UpdateStatus(ctx, victim, metav1.UpdateOptions{}); apierrors.IsConflict(err) && attempt < 5 {
+			continue
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("marking %s/%s as a preemption target: %w", v.Namespace, v.Name, err)
+		}
+		uid := v.UID
+		if err := pods.Delete(ctx, v.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting %s/%s: %w", v.Namespace, v.Name, err)
+		}
+		s.recorder.Eventf(victim, corev1.EventTypeNormal, "Preempted", "Preempted by pod %v on node %v", preemptor.UID, node)
+		return nil
+	}
+}
+
 // markUnschedulable parks the pod until the cluster changes, records the
 // reason as an event and, if it changed, in the PodScheduled condition.
 // The backoff is deliberately not forgotten, so a pod that keeps failing
 // is retried less and less often.
-func (s *Scheduler) markUnschedulable(ctx context.Context, key string, pod *corev1.Pod, msg string) {
+func (s *Scheduler) markUnschedulable(ctx context.Context, key string, pod *corev1.Pod, msg string, nominate *string) {
 	s.mu.Lock()
 	s.unschedulable[key] = s.cfg.Clock.Now()
 	s.mu.Unlock()
@@ -291,11 +370,12 @@ func (s *Scheduler) markUnschedulable(ctx context.Context, key string, pod *core
 	s.recorder.Event(pod, corev1.EventTypeWarning, "FailedScheduling", msg)
 
 	if cur := podScheduledCondition(pod); cur != nil && cur.Status == corev1.ConditionFalse &&
-		cur.Reason == corev1.PodReasonUnschedulable && cur.Message == msg {
+		cur.Reason == corev1.PodReasonUnschedulable && cur.Message == msg &&
+		(nominate == nil || *nominate == pod.Status.NominatedNodeName) {
 		return
 	}
 	s.submit(ctx, func(ctx context.Context) {
-		if err := s.setUnschedulableCondition(ctx, pod, msg); err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+		if err := s.setUnschedulableCondition(ctx, pod, msg, nominate); err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
 			s.log.Warn("recording PodScheduled=False failed", "pod", key, "err", err)
 		}
 	})
@@ -310,8 +390,13 @@ func podScheduledCondition(pod *corev1.Pod) *corev1.PodCondition {
 	return nil
 }
 
-func (s *Scheduler) setUnschedulableCondition(ctx context.Context, pod *corev1.Pod, msg string) error {
+// setUnschedulableCondition writes PodScheduled=False and, when nominate
+// is not nil, status.nominatedNodeName ("" clears it).
+func (s *Scheduler) setUnschedulableCondition(ctx context.Context, pod *corev1.Pod, msg string, nominate *string) error {
 	pod = pod.DeepCopy()
+	if nominate != nil {
+		pod.Status.NominatedNodeName = *nominate
+	}
 	now := metav1.NewTime(s.cfg.Clock.Now())
 	cond := corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
 		Reason: corev1.PodReasonUnschedulable, Message: msg, LastTransitionTime: now}
@@ -389,6 +474,7 @@ func (s *Scheduler) onPodAdd(obj any) {
 		s.cache.SetPod(pod)
 		return
 	}
+	s.cache.SetNominated(pod)
 	if s.responsible(pod) {
 		s.enqueue(pod)
 	}
@@ -400,6 +486,7 @@ func (s *Scheduler) onPodUpdate(oldObj, newObj any) {
 	if !ok1 || !ok2 {
 		return
 	}
+	s.cache.SetNominated(pod)
 	if pod.Spec.NodeName != "" {
 		s.cache.SetPod(pod)
 		if old.Spec.NodeName == "" {
@@ -428,6 +515,7 @@ func (s *Scheduler) onPodDelete(obj any) {
 	if !ok {
 		return
 	}
+	s.cache.Unnominate(pod)
 	if pod.Spec.NodeName != "" {
 		s.cache.DeletePod(pod)
 		s.requeueUnschedulable()

@@ -121,7 +121,8 @@ func TestSchedulerUnschedulableThenNodeArrives(t *testing.T) {
 		node("gone", "4", "8Gi", 10, withTaint(unreachable, "", corev1.TaintEffectNoSchedule), notReady),
 		pod("big", "1", "4Gi"))
 	p := h.waitPod(t, "big", isUnschedulable)
-	want := "0/2 nodes are available: 1 Insufficient memory, 1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }."
+	want := "0/2 nodes are available: 1 Insufficient memory, 1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }." +
+		" preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod, 1 Preemption is not helpful for scheduling."
 	if msg := podScheduledCondition(p).Message; msg != want {
 		t.Errorf("condition message %q, want %q", msg, want)
 	}
