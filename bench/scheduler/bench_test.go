@@ -6,6 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/rest"
+
+	"flotilla.dev/flotilla/hub"
+	"flotilla.dev/flotilla/hub/controllers/manager"
+	"flotilla.dev/flotilla/hub/hubtest"
 	"flotilla.dev/flotilla/hub/scheduler"
 )
 
@@ -74,5 +79,20 @@ func BenchmarkEndToEnd(b *testing.B) {
 			}
 			b.ReportMetric(rate, "pods/s")
 		})
+	}
+}
+
+func TestRunAPIBindsEveryPod(t *testing.T) {
+	h := hubtest.Start(t, hubtest.Options{Loops: []hub.Loop{{Name: "controllers", Run: func(ctx context.Context, cfg *rest.Config) error {
+		return manager.Run(ctx, cfg, manager.Options{})
+	}}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := RunAPI(ctx, h.Config, "sched-bench", 120, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Pods != 300 || r.PerSec <= 0 {
+		t.Fatalf("result %+v", r)
 	}
 }

@@ -8,4 +8,13 @@
 // alone (filter, score, assume) on the scheduler's Cache, without the
 // API, so the two figures say how much of the cost is the algorithm and
 // how much the binding path.
+//
+// RunAPI is what a user waits for: Node objects (and their Leases) are
+// registered on a real hub whose controllers and scheduler run, then pods
+// are created through its HTTPS API by 32 clients while a watcher waits
+// until it has seen every one bound; two thirds of the workloads carry
+// required anti-affinity per device or a DoNotSchedule spread over zones.
+// On this 2-core machine, 5,000 nodes and 5,000 pods took 250 s (20
+// pods/s), the creates alone 56 s, against 7,292 pods/s for placement
+// alone: the cost is in the hub's API path, not the algorithm.
 package schedulerbench
