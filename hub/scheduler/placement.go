@@ -16,24 +16,24 @@ type Placement interface {
 	AllowedNodes(pod *corev1.Pod) (allowed map[string]struct{}, restricted bool, err error)
 }
 
-// scheduleWithin is Cache.Schedule for pod narrowed by the configured
+// placed is pod as the scheduler places it: narrowed by the configured
 // Placement. The narrowing is a required node affinity term on
 // metadata.name, ANDed with the pod's own, on a copy the scheduler alone
-// sees: the filters and the fit error treat it as any node affinity (and
-// the scan looks only at the named nodes, as for a DaemonSet's pods), and
-// nothing of it is written back.
-func (s *Scheduler) scheduleWithin(pod *corev1.Pod) (string, error) {
+// sees: the filters, preemption's search and the fit error treat it as any
+// node affinity (and the scan looks only at the named nodes, as for a
+// DaemonSet's pods), and nothing of it is written back.
+func (s *Scheduler) placed(pod *corev1.Pod) (*corev1.Pod, error) {
 	if s.cfg.Placement == nil {
-		return s.cache.Schedule(pod)
+		return pod, nil
 	}
 	allowed, restricted, err := s.cfg.Placement.AllowedNodes(pod)
 	if err != nil {
-		return "", fmt.Errorf("placement of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		return nil, fmt.Errorf("placement of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	if !restricted {
-		return s.cache.Schedule(pod)
+		return pod, nil
 	}
-	return s.cache.Schedule(narrowed(pod, allowed))
+	return narrowed(pod, allowed), nil
 }
 
 // narrowed is a copy of pod that only the allowed nodes match.

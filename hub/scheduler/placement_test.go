@@ -86,3 +86,12 @@ func TestPlacementNarrowsWherePodsGo(t *testing.T) {
 		t.Error("no error when the placement could not answer")
 	}
 }
+
+// scheduleWithin places pod as scheduleOne does: narrowed, then scheduled.
+func (s *Scheduler) scheduleWithin(pod *corev1.Pod) (string, error) {
+	target, err := s.placed(pod)
+	if err != nil {
+		return "", err
+	}
+	return s.cache.Schedule(target)
+}

@@ -230,13 +230,17 @@ func (s *Scheduler) scheduleOne(ctx context.Context) bool {
 		s.queue.Forget(key)
 		return true
 	}
-	node, err := s.scheduleWithin(pod)
+	target, err := s.placed(pod)
+	var node string
+	if err == nil {
+		node, err = s.cache.Schedule(target)
+	}
 	var fitErr *FitError
 	switch {
 	case err == nil:
 		s.submit(ctx, func(ctx context.Context) { s.bind(ctx, key, pod, node) })
 	case errors.As(err, &fitErr):
-		s.preempt(ctx, key, pod, fitErr)
+		s.preempt(ctx, key, pod, target, fitErr)
 	case errors.Is(err, ErrNoNodesAvailable):
 		s.markUnschedulable(ctx, key, pod, err.Error(), nil)
 	case errors.Is(err, ErrAlreadyAssumed):
@@ -286,8 +290,11 @@ func (s *Scheduler) bind(ctx context.Context, key string, pod *corev1.Pod, node 
 // are marked (DisruptionTarget) and deleted gracefully, as kube-scheduler
 // does; the pod is placed on a later attempt, once they are gone. Either
 // way it is parked with the FailedScheduling message.
-func (s *Scheduler) preempt(ctx context.Context, key string, pod *corev1.Pod, fitErr *FitError) {
-	pr := s.cache.Preempt(pod)
+//
+// target is pod as placed (narrowed to the devices a staged rollout
+// allows it), so that no pod is evicted from a device it may not go to.
+func (s *Scheduler) preempt(ctx context.Context, key string, pod, target *corev1.Pod, fitErr *FitError) {
+	pr := s.cache.Preempt(target)
 	msg := PreemptionMessage(fitErr, pr)
 	if pr.Node == "" {
 		var nominate *string
