@@ -40,6 +40,13 @@
 // policy/v1. Lower-priority pods nominated to the same node keep their
 // nomination (kube-scheduler clears it).
 //
+// A Placement (Config.Placement; the staged rollouts' DeploymentGate)
+// narrows where a pod may go beyond its own spec: the pod is scheduled,
+// and preemption searches, as a copy with a required node affinity term
+// on metadata.name, so a Deployment's new template lands only on the
+// devices of the waves a RolloutPolicy has admitted. Nothing of the copy
+// is written back.
+//
 // A filter is added in three places, in the same order: nodeInfo.fits
 // (the hot path, no allocation), nodeInfo.failureReasons (the same check
 // with its kube-scheduler-worded reason) and, when evicting pods cannot
