@@ -165,7 +165,7 @@ func (s *Server) handlePodStream(w http.ResponseWriter, r *http.Request, ri *req
 		rr.audited = true // the session's own entries stand for the request
 	}
 	audit(StageSessionStarted, 0, "")
-	hw := &sessionWriter{ResponseWriter: w}
+	hw := &sessionWriter{statusRecorder{ResponseWriter: w}}
 	responder := &agentResponder{node: node.Name}
 	h := proxy.NewUpgradeAwareHandler(&loc, tr, false, true, responder)
 	h.UseLocationHost = true
@@ -217,26 +217,11 @@ func (a *agentResponder) Error(w http.ResponseWriter, _ *http.Request, err error
 }
 
 // sessionWriter lets the upgrade-aware proxy take over the client's
-// connection through the hub's response wrappers, lifts the server's
-// deadlines from it (a session lasts as long as the user likes), and
-// remembers the answer for the audit.
+// connection through the hub's response wrappers and lifts the server's
+// deadlines from it (a session lasts as long as the user likes); the
+// status it records (101 once taken over) goes to the audit.
 type sessionWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *sessionWriter) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *sessionWriter) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
+	statusRecorder
 }
 
 func (s *sessionWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
@@ -247,17 +232,6 @@ func (s *sessionWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c.SetDeadline(time.Time{})
 	s.status = http.StatusSwitchingProtocols
 	return c, brw, nil
-}
-
-func (s *sessionWriter) Flush() {
-	_ = http.NewResponseController(s.ResponseWriter).Flush()
-}
-
-func (s *sessionWriter) code() int {
-	if s.status == 0 {
-		return http.StatusOK
-	}
-	return s.status
 }
 
 // parseStreamOptions reads PodExecOptions (or PodAttachOptions) from the
