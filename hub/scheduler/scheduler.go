@@ -40,8 +40,11 @@ type Config struct {
 	// PercentageOfNodesToScore: see CacheConfig [0: adaptive].
 	PercentageOfNodesToScore int
 	// Workers is the number of concurrent API calls (bindings and status
-	// updates) in flight [16]. Placement itself is decided one pod at a
-	// time so that each pod sees the previous one.
+	// updates) in flight [64]. Placement itself is decided one pod at a
+	// time so that each pod sees the previous one. A binding mostly waits
+	// for the store's commit (an fsync, milliseconds to tens of them), and
+	// bindings that wait together commit together: the workers bound how
+	// many pods one commit can bind.
 	Workers int
 	// InitialBackoff and MaxBackoff bound the per-pod retry delay after a
 	// failed attempt [1s, 10s], as kube-scheduler's pod backoff.
@@ -65,7 +68,7 @@ func (c Config) withDefaults() Config {
 		c.SchedulerName = DefaultSchedulerName
 	}
 	if c.Workers <= 0 {
-		c.Workers = 16
+		c.Workers = 64
 	}
 	if c.InitialBackoff <= 0 {
 		c.InitialBackoff = time.Second
