@@ -150,6 +150,10 @@ func compileRequirement(e corev1.NodeSelectorRequirement, field bool) requiremen
 	return r
 }
 
+// MatchesAll reports whether every node matches: the pod has no node
+// selector and no required node affinity.
+func (m *NodeMatcher) MatchesAll() bool { return len(m.selector) == 0 && m.terms == nil }
+
 // Matches reports whether a node with these labels and name satisfies the
 // matcher. A requirement Kubernetes would reject never matches.
 func (m *NodeMatcher) Matches(labels map[string]string, name string) bool {

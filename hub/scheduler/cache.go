@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -53,11 +54,15 @@ type Cache struct {
 	// workloads counts where each workload's pods are, per node and per
 	// topology value, for spreading.
 	workloads map[string]*workload
+	// nodeGen counts changes of the known nodes' labels and membership;
+	// domains caches each topology key's values for it.
+	nodeGen uint64
+	domains map[string]*keyDomains
 	// zoneIDs numbers the topology values so scoring can index a slice.
 	zoneIDs map[string]int
-	// withAnti are the pods with required anti-affinity, which every
-	// placement must respect.
-	withAnti map[*podState]struct{}
+	// index finds the pods a selector matches, and the pods with
+	// required anti-affinity (which every placement must respect) by term.
+	index podIndex
 	// nominated maps the pods preemption made room for to their node.
 	nominated map[string]*nominee
 	seq       uint64
@@ -146,7 +151,8 @@ func NewCache(cfg CacheConfig) *Cache {
 		pods:        map[string]*podState{},
 		workloads:   map[string]*workload{},
 		zoneIDs:     map[string]int{},
-		withAnti:    map[*podState]struct{}{},
+		index:       newPodIndex(),
+		domains:     map[string]*keyDomains{},
 		nominated:   map[string]*nominee{},
 		rng:         rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
@@ -207,6 +213,9 @@ func (c *Cache) SetNode(node *corev1.Node) {
 		c.nodes[node.Name] = n
 	}
 	oldZone := n.zoneID
+	if n.index < 0 || !maps.Equal(n.labels, node.Labels) {
+		c.nodeGen++
+	}
 	n.known = true
 	n.labels = node.Labels
 	n.zone = node.Labels[c.topologyKey]
@@ -257,12 +266,39 @@ func (c *Cache) removeFromOrder(n *nodeInfo) {
 	if n.index < 0 {
 		return
 	}
+	c.nodeGen++
 	last := len(c.order) - 1
 	c.order[n.index] = c.order[last]
 	c.order[n.index].index = n.index
 	c.order[last] = nil
 	c.order = c.order[:last]
 	n.index = -1
+}
+
+// keyDomains is the values one node label takes over the known nodes.
+type keyDomains struct {
+	gen    uint64
+	values []string
+}
+
+// domainsOf returns the values key takes over the known nodes, computed
+// again only after a node came, went or changed its labels: a spread
+// constraint of a pod that may go anywhere counts every one of them, and a
+// pass over thousands of nodes per pod was a tenth of a busy hub's CPU.
+func (c *Cache) domainsOf(key string) []string {
+	if d := c.domains[key]; d != nil && d.gen == c.nodeGen {
+		return d.values
+	}
+	seen := map[string]bool{}
+	var values []string
+	for _, n := range c.order {
+		if v, ok := n.labels[key]; ok && !seen[v] {
+			seen[v] = true
+			values = append(values, v)
+		}
+	}
+	c.domains[key] = &keyDomains{gen: c.nodeGen, values: values}
+	return values
 }
 
 func newNodeInfo(name string) *nodeInfo {
@@ -403,14 +439,12 @@ func (c *Cache) addPodLocked(key string, st *podState) {
 	n.podCount++
 	n.ports = append(n.ports, st.ports...)
 	c.workloadAdd(n, st.workload, 1)
-	if len(st.anti) > 0 {
-		c.withAnti[st] = struct{}{}
-	}
+	c.index.add(st)
 }
 
 func (c *Cache) removePodLocked(key string, st *podState) {
 	delete(c.pods, key)
-	delete(c.withAnti, st)
+	c.index.remove(st)
 	n := c.nodes[st.node]
 	if n == nil {
 		return

@@ -177,15 +177,15 @@ func (c *Cache) interPodFor(pod *corev1.Pod, p *candidate) *interPod {
 	}
 	// Existing pods' required anti-affinity that names the candidate
 	// (checked after the pod's own rules, in kube-scheduler's order).
-	for q := range c.withAnti {
-		n := c.nodes[q.node]
-		if n == nil {
+	for _, g := range c.index.anti {
+		if !g.term.matches(pod.Namespace, pod.Labels) {
 			continue
 		}
-		for i := range q.anti {
-			t := &q.anti[i]
-			if v, ok := n.labels[t.key]; ok && t.matches(pod.Namespace, pod.Labels) {
-				ip.block(t.key, v, ReasonExistingAntiAffinity)
+		for q := range g.pods {
+			if n := c.nodes[q.node]; n != nil {
+				if v, ok := n.labels[g.term.key]; ok {
+					ip.block(g.term.key, v, ReasonExistingAntiAffinity)
+				}
 			}
 		}
 	}
@@ -235,16 +235,13 @@ func (ip *interPod) block(key, value, reason string) {
 // eachMatchingPod calls f with the topology value of the node of every
 // pod t matches (nodes without the key are skipped).
 func (c *Cache) eachMatchingPod(t *podTerm, f func(value string)) {
-	for _, q := range c.pods {
-		if !t.matches(q.namespace, q.labels) {
-			continue
-		}
+	c.index.each(t.namespaces, t.selector, func(q *podState) {
 		if n := c.nodes[q.node]; n != nil {
 			if v, ok := n.labels[t.key]; ok {
 				f(v)
 			}
 		}
-	}
+	})
 }
 
 func (c *Cache) countMatching(t *podTerm) weightedCounts {
@@ -291,21 +288,25 @@ func (c *Cache) spreadFor(pod *corev1.Pod, p *candidate, k *corev1.TopologySprea
 		}
 		return v, true
 	}
-	for _, n := range c.order {
-		if v, ok := eligible(n); ok {
+	if (!honorAffinity || p.matcher.MatchesAll()) && !honorTaints {
+		// Every node with the key is eligible.
+		for _, v := range c.domainsOf(s.key) {
 			s.counts[v] += 0
 		}
-	}
-	for _, q := range c.pods {
-		if q.namespace != pod.Namespace || !sel.Matches(labels.Set(q.labels)) {
-			continue
+	} else {
+		for _, n := range c.order {
+			if v, ok := eligible(n); ok {
+				s.counts[v] += 0
+			}
 		}
+	}
+	c.index.each(map[string]bool{pod.Namespace: true}, sel, func(q *podState) {
 		if n := c.nodes[q.node]; n != nil && n.index >= 0 {
 			if v, ok := eligible(n); ok {
 				s.counts[v]++
 			}
 		}
-	}
+	})
 	first := true
 	for _, cnt := range s.counts {
 		if first || cnt < s.min {
