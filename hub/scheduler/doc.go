@@ -24,7 +24,10 @@
 // ScheduleAnyway spreading, each normalized over the feasible nodes.
 // Pods are taken highest spec.priority first and, among equals, in the
 // order they were queued (kube-scheduler's PrioritySort); the API server
-// resolved the priority from the pod's PriorityClass.
+// resolved the priority from the pod's PriorityClass. The queue is
+// client-go's rate-limited workqueue over a priority heap, so a pod is
+// queued once, held while it is being placed and retried with per-pod
+// backoff as every controller's key is.
 //
 // A pod that fits nowhere may preempt, as kube-scheduler's
 // DefaultPreemption (Preempt): unless its preemptionPolicy is Never, on

@@ -97,7 +97,7 @@ type Scheduler struct {
 	log       *slog.Logger
 	podLister corelisters.PodLister
 	synced    []cache.InformerSynced
-	queue     *activeQueue
+	queue     workqueue.TypedRateLimitingInterface[string]
 	recorder  record.EventRecorder
 	jobs      chan func(context.Context)
 
@@ -220,6 +220,11 @@ func (s *Scheduler) scheduleOne(ctx context.Context) bool {
 		return false
 	}
 	defer s.queue.Done(key)
+	if ctx.Err() != nil {
+		// workqueue hands out what is queued even after ShutDown; a
+		// stopping scheduler places nothing more.
+		return false
+	}
 
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
