@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -9,26 +10,54 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	cbor "k8s.io/apimachinery/pkg/runtime/serializer/cbor/direct"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 )
 
+// isApply says whether a patch's media type is a server-side apply.
+func isApply(ct string) bool {
+	return ct == string(types.ApplyYAMLPatchType) || ct == string(types.ApplyCBORPatchType)
+}
+
+// applyBodyToJSON reads an applied configuration sent as YAML (or JSON)
+// or CBOR into JSON. A CBOR body is transcoded as kube-apiserver does
+// (with CBORServingAndStorage on): any well-formed data item, then the
+// same checks as YAML.
+func applyBodyToJSON(pt types.PatchType, body []byte) ([]byte, error) {
+	if pt == types.ApplyCBORPatchType {
+		var v any
+		if err := cbor.Unmarshal(body, &v); err != nil {
+			return nil, badRequest("error decoding CBOR: %v; send the applied configuration as one CBOR map (or as YAML with application/apply-patch+yaml)", err)
+		}
+		j, err := json.Marshal(v)
+		if err != nil {
+			return nil, badRequest("the CBOR applied configuration has no JSON form: %v; send maps with string keys, strings, numbers, booleans and arrays", err)
+		}
+		return j, nil
+	}
+	return body, nil
+}
+
 // handleApply serves a server-side apply (PATCH with
-// application/apply-patch+yaml): the body is the applier's whole intent
-// for the fields it manages. structured-merge-diff merges it into the live
+// application/apply-patch+yaml or +cbor): the body is the applier's whole
+// intent for the fields it manages. structured-merge-diff merges it into the live
 // object by the schemas of the served OpenAPI documents, takes ownership of
 // the applied fields for the fieldManager, drops the fields it applied
 // before and applies no more (unless another manager owns them too), and
 // refuses with 409 a change to a field another manager owns unless
 // force=true. The result is then written as any update is (defaults,
 // validation, admission, preconditions); an absent object is created.
-func (s *Server) handleApply(w http.ResponseWriter, r *http.Request, ri *requestInfo) error {
+func (s *Server) handleApply(w http.ResponseWriter, r *http.Request, ri *requestInfo, pt types.PatchType) error {
 	body, err := readBody(r)
 	if err != nil {
 		return err
 	}
-	opts, err := parsePatchOptions(r, types.ApplyYAMLPatchType)
+	opts, err := parsePatchOptions(r, pt)
 	if err != nil {
+		return err
+	}
+	if body, err = applyBodyToJSON(pt, body); err != nil {
 		return err
 	}
 	dry, err := isDryRun(r)

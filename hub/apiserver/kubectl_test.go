@@ -135,6 +135,15 @@ spec:
 		t.Fatalf("replicas after the forced apply: %v %q", err, out)
 	}
 
+	// kubectl's --subresource=scale sends the workload itself, which a
+	// scale apply refuses as kube-apiserver does (400: it takes a Scale).
+	write(strings.SplitN(app, "---", 2)[0])
+	out, err = run("apply", "--server-side", "--subresource=scale", "-f", manifest)
+	if err == nil || !strings.Contains(out, "set apiVersion: autoscaling/v1 and kind: Scale") {
+		t.Fatalf("apply --subresource=scale of a Deployment: want a 400 asking for a Scale: %v\n%s", err, out)
+	}
+	write(app)
+
 	// The GitSource's fields are typed by its schema: a change merges.
 	write(strings.Replace(app, "branch: main", "branch: release", 1))
 	if out, err := run("apply", "--server-side", "--field-manager=ci", "--force-conflicts", "-f", manifest); err != nil {

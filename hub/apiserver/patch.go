@@ -108,9 +108,6 @@ func newPatcher(res *api.Resource, ct string, body []byte) (func(cur []byte) ([]
 		apply = func(cur []byte) ([]byte, error) {
 			return strategicpatch.StrategicMergePatch(cur, body, res.New())
 		}
-	case "application/apply-patch+cbor":
-		return nil, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnsupportedMediaType, Reason: metav1.StatusReasonUnsupportedMediaType,
-			Message: "server-side apply takes YAML or JSON here, not CBOR; send the applied configuration as application/apply-patch+yaml"}}
 	default:
 		return nil, &apierrors.StatusError{ErrStatus: statusUnsupportedMedia(ct)}
 	}
@@ -132,8 +129,8 @@ func newPatcher(res *api.Resource, ct string, body []byte) (func(cur []byte) ([]
 // handleApply.
 func (s *Server) handlePatch(w http.ResponseWriter, r *http.Request, ri *requestInfo) error {
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if ct == string(types.ApplyYAMLPatchType) {
-		return s.handleApply(w, r, ri)
+	if isApply(ct) {
+		return s.handleApply(w, r, ri, types.PatchType(ct))
 	}
 	if _, err := parsePatchOptions(r, types.PatchType(ct)); err != nil {
 		return err

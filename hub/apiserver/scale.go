@@ -11,10 +11,14 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
 )
 
 // hasScale says which resources serve the scale subresource (kubectl scale).
@@ -87,6 +91,10 @@ func (s *Server) handleScale(w http.ResponseWriter, r *http.Request, ri *request
 	if ri.Verb != "update" && ri.Verb != "patch" {
 		return methodNotAllowed(ri.Resource, r.Method)
 	}
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if ri.Verb == "patch" && isApply(ct) {
+		return s.applyScale(w, r, ri, types.PatchType(ct))
+	}
 	if err := checkFieldManager(r, "UpdateOptions"); err != nil {
 		return err
 	}
@@ -98,7 +106,6 @@ func (s *Server) handleScale(w http.ResponseWriter, r *http.Request, ri *request
 	if err != nil {
 		return err
 	}
-	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	o := ownerOf(r)
 	o.subresource = "scale"
 	out, _, _, err := s.update(r.Context(), ri.Resource, ri.Namespace, ri.Name, "", dry, o, func(cur runtime.Object) (runtime.Object, error) {
@@ -154,4 +161,116 @@ func (s *Server) handleScale(w http.ResponseWriter, r *http.Request, ri *request
 	}
 	writeJSON(w, http.StatusOK, sc)
 	return nil
+}
+
+// applyScale serves a server-side apply of <workload>/scale, as
+// kube-apiserver's (an autoscaler's, say): the applied configuration is
+// an autoscaling/v1 Scale, of which only spec.replicas is kept (as there).
+// It is applied as the workload's spec.replicas by the field manager of
+// scale writes, so that the manager owns spec.replicas through scale
+// (its entry says subresource: scale) and conflicts with any other
+// manager of spec.replicas — an apply of the workload, kubectl scale —
+// unless force=true.
+func (s *Server) applyScale(w http.ResponseWriter, r *http.Request, ri *requestInfo, pt types.PatchType) error {
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	opts, err := parsePatchOptions(r, pt)
+	if err != nil {
+		return err
+	}
+	dry, err := isDryRun(r)
+	if err != nil {
+		return err
+	}
+	if body, err = applyBodyToJSON(pt, body); err != nil {
+		return err
+	}
+	patch, err := decodeScaleApply(ri, body)
+	if err != nil {
+		return err
+	}
+	fm, err := s.fields.get(ri.Resource, "scale")
+	if err != nil {
+		return apierrors.NewInternalError(err)
+	}
+	out, _, _, err := s.update(r.Context(), ri.Resource, ri.Namespace, ri.Name, "", dry, owner{}, func(cur runtime.Object) (runtime.Object, error) {
+		rv := patch.GetResourceVersion()
+		if cm, _ := meta.Accessor(cur); rv != "" && rv != cm.GetResourceVersion() {
+			return nil, conflict(ri, fmt.Sprintf("the object has been modified; please apply your changes to the latest version and try again (resourceVersion %s, current %s)", rv, cm.GetResourceVersion()))
+		}
+		obj, err := fm.Apply(cur, patch.DeepCopy(), opts.manager, opts.force)
+		if err != nil {
+			var se *apierrors.StatusError
+			if errors.As(err, &se) {
+				return nil, err
+			}
+			return nil, badRequest("applying to the scale of %s %q: %v", ri.Resource.Kind, ri.Name, err)
+		}
+		return obj, nil
+	})
+	if err != nil {
+		return err
+	}
+	sc, err := scaleOf(out)
+	if err != nil {
+		return apierrors.NewInternalError(err)
+	}
+	writeJSON(w, http.StatusOK, sc)
+	return nil
+}
+
+// decodeScaleApply reads an applied autoscaling/v1 Scale naming the URL's
+// workload and returns it as the applied configuration of the workload:
+// its name and, when the Scale sets it, spec.replicas (a Scale without
+// it gives up the manager's ownership of the replicas, as an apply that
+// leaves out a field does).
+func decodeScaleApply(ri *requestInfo, body []byte) (*unstructured.Unstructured, error) {
+	u := &unstructured.Unstructured{Object: map[string]any{}}
+	if err := yaml.Unmarshal(body, &u.Object); err != nil {
+		return nil, badRequest("error decoding YAML: %v; send the applied configuration of one autoscaling/v1 Scale as YAML or JSON", err)
+	}
+	if gvk := u.GroupVersionKind(); gvk != autoscalingv1.SchemeGroupVersion.WithKind("Scale") {
+		return nil, badRequest("the applied configuration is apiVersion %q kind %q, but this is the scale subresource of %s %s; set apiVersion: autoscaling/v1 and kind: Scale", u.GetAPIVersion(), u.GetKind(), ri.Resource.GVR.GroupVersion(), ri.Resource.Kind)
+	}
+	var sc autoscalingv1.Scale
+	j, err := json.Marshal(u.Object)
+	if err != nil {
+		return nil, badRequest("the applied configuration is not a valid Scale: %v", err)
+	}
+	strict, err := kjson.UnmarshalStrict(j, &sc, kjson.DisallowUnknownFields)
+	if err != nil {
+		return nil, badRequest("the applied configuration is not a valid Scale: %v", err)
+	}
+	if len(strict) > 0 {
+		return nil, badRequest("the applied Scale has fields a Scale does not have (%v); apply spec.replicas", errors.Join(strict...))
+	}
+	if len(sc.ManagedFields) > 0 {
+		return nil, badRequest("metadata.managedFields must be nil in an applied configuration")
+	}
+	if sc.Name != "" && sc.Name != ri.Name {
+		return nil, badRequest("the name of the object (%s) does not match the name on the URL (%s)", sc.Name, ri.Name)
+	}
+	if sc.Namespace != "" && sc.Namespace != ri.Namespace {
+		return nil, badRequest("the namespace of the object (%s) does not match the namespace on the request (%s)", sc.Namespace, ri.Namespace)
+	}
+	replicas, hasReplicas, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "replicas")
+	if hasReplicas && sc.Spec.Replicas < 0 {
+		return nil, apierrors.NewInvalid(autoscalingv1.SchemeGroupVersion.WithKind("Scale").GroupKind(), ri.Name,
+			field.ErrorList{field.Invalid(field.NewPath("spec", "replicas"), sc.Spec.Replicas, "must be greater than or equal to 0")})
+	}
+	parent := &unstructured.Unstructured{Object: map[string]any{}}
+	parent.SetGroupVersionKind(ri.Resource.GVK())
+	parent.SetName(ri.Name)
+	if ri.Resource.Namespaced {
+		parent.SetNamespace(ri.Namespace)
+	}
+	parent.SetResourceVersion(sc.ResourceVersion)
+	if hasReplicas && replicas != nil {
+		if err := unstructured.SetNestedField(parent.Object, int64(sc.Spec.Replicas), "spec", "replicas"); err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+	}
+	return parent, nil
 }
