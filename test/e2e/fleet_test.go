@@ -29,7 +29,7 @@ import (
 
 // fleet is a running fleet of devices made by scripts/demo.sh.
 type fleet struct {
-	t        *testing.T
+	t        testing.TB
 	dir      string
 	prefix   string
 	net      string
@@ -38,14 +38,14 @@ type fleet struct {
 	devices  int
 }
 
-func requireTools(t *testing.T) {
+func requireTools(t testing.TB) {
 	t.Helper()
 	testenv.RequireRoot(t, "fleet tests: network namespaces, containerd, iptables")
 	testenv.RequireTools(t, "fleet tests need it; scripts/install-deps.sh installs it", "ip", "iptables", "docker-registry", "git", "curl", "containerd")
 	testenv.RequireContainerd(t)
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +57,7 @@ func freePort(t *testing.T) int {
 // startFleet brings up a hub and devices with the demo script, and takes
 // it all down at the end of the test. agentEnv is added to the script's
 // environment, which the agents inherit (FLOTILLA_<KEY>=value sets a key).
-func startFleet(t *testing.T, devices int, agentEnv ...string) *fleet {
+func startFleet(t testing.TB, devices int, agentEnv ...string) *fleet {
 	requireTools(t)
 	f := &fleet{t: t, dir: filepath.Join(t.TempDir(), "fleet"), prefix: "flote2e", net: "10.98.0", devices: devices}
 	port := freePort(t)
@@ -120,7 +120,7 @@ func (f *fleet) image(name, source string) string {
 	return img.Ref
 }
 
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, error)) {
+func waitFor(t testing.TB, what string, timeout time.Duration, cond func() (bool, error)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var lastErr error
