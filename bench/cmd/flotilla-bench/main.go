@@ -31,7 +31,7 @@ import (
 )
 
 func main() {
-	only := flag.String("only", "", "comma-separated figures to run (api,apply,fanout,fleet,rollout,gitops,scheduler,proxy,etcd,binary,trust,agent,metrics,autonomy); empty runs all")
+	only := flag.String("only", "", "comma-separated figures to run (api,apply,exec,fanout,fleet,rollout,gitops,scheduler,proxy,etcd,binary,trust,agent,metrics,autonomy); empty runs all")
 	fleetSizes := flag.String("fleet-sizes", "1000", "comma-separated fleet sizes the fleet figure simulates (1000,5000,10000 for the issue's table)")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
@@ -120,6 +120,13 @@ func main() {
 						name, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.All.Round(time.Millisecond), r.HubRSS>>20)
 				}
 			}
+		}
+	}
+	if want("exec") {
+		line, err := execRoundTrip(ctx)
+		report("exec round trip", err)
+		if err == nil {
+			fmt.Println(line)
 		}
 	}
 	if want("fleet") {
@@ -253,6 +260,33 @@ func upstreamKubelet(ctx context.Context) string {
 		return fmt.Sprintf("not measured: k8s.io/kubernetes %s is not in the module cache, and this bench builds nothing that needs the network", v)
 	}
 	return fmt.Sprintf("not measured: k8s.io/kubernetes %s is in the module cache, but its kubelet builds only with a replace for each staging module, which this bench does not do", v)
+}
+
+// execRoundTrip runs test/e2e's BenchmarkExecRoundTrip (root, containerd,
+// the demo's fleet of one device) once: sequential execs through the hub
+// into a container on the device, each a WebSocket session as kubectl's.
+func execRoundTrip(ctx context.Context) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-run", "^$", "-bench", "^BenchmarkExecRoundTrip$", "-benchtime", "1x", "./test/e2e/")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%v\n%s", err, out)
+	}
+	metrics := map[string]string{}
+	for _, l := range strings.Split(string(out), "\n") {
+		if !strings.HasPrefix(l, "BenchmarkExecRoundTrip") {
+			continue
+		}
+		f := strings.Fields(l)
+		for i := 1; i+1 < len(f); i++ {
+			metrics[f[i+1]] = f[i]
+		}
+	}
+	if metrics["p50-ms"] == "" || metrics["p99-ms"] == "" {
+		return "", fmt.Errorf("no figures in:\n%s", out)
+	}
+	execs, _ := strconv.ParseFloat(metrics["execs"], 64)
+	return fmt.Sprintf("%-44s p50 %s ms  p99 %s ms  (%.0f sequential execs of `/testapp exit 0` through the hub to a real device, each its own WebSocket session)",
+		"exec round trip", metrics["p50-ms"], metrics["p99-ms"], execs), nil
 }
 
 // autonomyFigures names agent/agent's BenchmarkAutonomy metrics.
