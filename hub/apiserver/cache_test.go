@@ -68,9 +68,21 @@ func TestSlowWatcherIsDropped(t *testing.T) {
 			got <- n
 		}
 	}()
+	// The fast watcher reads each event before the next write, so only
+	// the slow one can fall behind (on a busy machine the reader could
+	// otherwise lag past the buffer too).
+	deadline := time.After(5 * time.Second)
 	var last int64
 	for i := 0; i < 10; i++ {
 		last = putConfigMap(t, st, fmt.Sprintf("cm%d", i))
+		select {
+		case seen := <-got:
+			if seen != i+1 {
+				t.Fatalf("the fast watcher has %d events after write %d", seen, i+1)
+			}
+		case <-deadline:
+			t.Fatalf("the fast watcher got %d of 10 events", i)
+		}
 	}
 	if err := c.waitFor(context.Background(), last); err != nil {
 		t.Fatal(err)
@@ -82,14 +94,6 @@ func TestSlowWatcherIsDropped(t *testing.T) {
 	}
 	if n != 4 {
 		t.Errorf("slow watcher got %d buffered events before being closed, want 4", n)
-	}
-	deadline := time.After(5 * time.Second)
-	for seen := 0; seen < 10; {
-		select {
-		case seen = <-got:
-		case <-deadline:
-			t.Fatalf("the fast watcher got %d of 10 events", seen)
-		}
 	}
 	if c.watcherCount() != 1 {
 		t.Errorf("watchers = %d, want 1 (the slow one removed)", c.watcherCount())
