@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
@@ -32,7 +33,7 @@ func (e *env) createDeployment(replicas int32) {
 			Replicas: ptr.To(replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "kiosk", Image: image("v1")}}}},
+				Spec: corev1.PodSpec{NodeSelector: e.nodeSelector, Containers: []corev1.Container{{Name: "kiosk", Image: image("v1")}}}},
 			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
 				RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: ptr.To(intstr.FromString("25%")), MaxUnavailable: ptr.To(intstr.FromString("25%"))}},
 		},
@@ -264,4 +265,130 @@ func TestDeploymentPauseHoldsAndResumeGoesOn(t *testing.T) {
 	e.setPaused(false)
 	e.waitDeploymentPhase("v2 complete after resume", image("v2"), v1alpha1.RolloutComplete)
 	e.waitReplicas("every replica on v2", image("v2"), 4)
+}
+
+// podNodes is how many pods of the Deployment each device runs.
+func (e *env) podNodes() map[string]int {
+	e.t.Helper()
+	pods, err := e.c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=kiosk"})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Spec.NodeName != "" {
+			out[p.Spec.NodeName]++
+		}
+	}
+	return out
+}
+
+func TestDeploymentOfflineDeviceFailsOnlyAfterTheTimeout(t *testing.T) {
+	const timeout = 6
+	e := start(t, 3, 1)
+	e.createPolicy(policy(v1alpha1.RolloutFailurePause, timeout))
+	e.createDeployment(3)
+	if e.podNodes()["shop-0"] == 0 {
+		t.Fatalf("no replica on the canary shop-0 (%v): the test proves nothing", e.podNodes())
+	}
+	e.fleet.Devices[0].SetRenewing(false) // the canary loses its link
+	v2 := e.watchBindings(e.setDeploymentImage(image("v2")))
+	st := e.waitDeploymentPhase("the canary wave progressing", image("v2"), v1alpha1.RolloutProgressing)
+	started := st.Waves[0].StartTime.Time
+	// Until the timeout, the wave waits for the device.
+	for time.Since(started) < (timeout-2)*time.Second {
+		rp, err := e.getPolicy(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := waves.Find(rp, deploymentKiosk)
+		if w.Phase != v1alpha1.RolloutProgressing || w.Waves[0].Failed != 0 {
+			t.Fatalf("%s after the wave started (timeout %ds): phase %s, wave %+v", time.Since(started).Round(time.Millisecond), timeout, w.Phase, w.Waves[0])
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	st = e.waitDeploymentPhase("the canary wave failed", image("v2"), v1alpha1.RolloutPaused)
+	fd := st.Waves[0].FailedDevices
+	if len(fd) != 1 || fd[0].Node != "shop-0" || fd[0].Reason != "NotReadyInTime" {
+		t.Fatalf("failed devices %+v", fd)
+	}
+	// No v2 replica was bound to an online device, which are all in
+	// later waves.
+	for node := range v2.nodes() {
+		if node != "shop-0" {
+			t.Errorf("v2 bound to %s of a later wave", node)
+		}
+	}
+}
+
+func TestDeploymentNewTemplateDuringAHeldRolloutStartsANewOne(t *testing.T) {
+	e := start(t, 4, 1)
+	e.createPolicy(policy(v1alpha1.RolloutFailurePause, 30))
+	e.createDeployment(4)
+	v1, err := e.c.AppsV1().Deployments(ns).Get(context.Background(), "kiosk", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.podNodes()["shop-0"] == 0 {
+		t.Fatalf("no replica on the canary shop-0 (%v): the test proves nothing", e.podNodes())
+	}
+	e.setDeploymentImage(image("bad"))
+	held := e.waitDeploymentPhase("the bad revision held at the canary", image("bad"), v1alpha1.RolloutPaused)
+	if held.CurrentWave != "canary" || !meta.IsStatusConditionTrue(held.Conditions, v1alpha1.ConditionWaveFailed) {
+		t.Fatalf("held at %q with %+v", held.CurrentWave, held.Conditions)
+	}
+	e.setDeploymentImage(image("v3"))
+	st := e.waitDeploymentPhase("v3 complete", image("v3"), v1alpha1.RolloutComplete)
+	if st.Revision == held.Revision {
+		t.Fatal("the held rollout's revision is still the one rolled out")
+	}
+	if want := rollout.DeploymentHash(v1); st.PreviousRevision != want {
+		t.Errorf("the new rollout started from %s, want v1's %s (the held revision never becomes the fallback)", st.PreviousRevision, want)
+	}
+	e.waitReplicas("every replica on v3", image("v3"), 4)
+}
+
+// Devices the Deployment's nodeSelector leaves out join while the rollout
+// is under way; each Node's arrival re-syncs the policy. The percent wave
+// keeps the devices it had before.
+func TestDeploymentPercentWaveKeepsItsDevicesWhenUnrelatedDevicesJoin(t *testing.T) {
+	e := start(t, 10, 2)
+	e.nodeSelector = map[string]string{"fleet": "kiosk"}
+	e.createPolicy(policy(v1alpha1.RolloutFailureRollback, 30))
+	e.createDeployment(10)
+	ctx := context.Background()
+	a := e.deploymentAssignment(ctx)
+	if c := len(nodesOf(a, 1)); c != 4 {
+		t.Fatalf("%d devices in the 50%% wave, want 4 of the 8 left", c)
+	}
+	v2 := e.watchBindings(e.setDeploymentImage(image("v2")))
+	others := e.join("other", 12)
+	e.waitDeploymentPhase("v2 complete", image("v2"), v1alpha1.RolloutComplete)
+	e.waitReplicas("every replica on v2", image("v2"), 10)
+	first := v2.nodes()
+	for _, n := range others {
+		if _, ok := first[n]; ok {
+			t.Errorf("v2 bound to %s, which the Deployment's nodeSelector leaves out", n)
+		}
+	}
+	var lastHalf, firstRest time.Time
+	for node, at := range first {
+		switch a[node] {
+		case 1:
+			if at.After(lastHalf) {
+				lastHalf = at
+			}
+		case 2:
+			if firstRest.IsZero() || at.Before(firstRest) {
+				firstRest = at
+			}
+		}
+	}
+	if lastHalf.IsZero() {
+		t.Fatalf("no v2 replica on the percent wave's devices %v: %v", nodesOf(a, 1), first)
+	}
+	if !firstRest.IsZero() && !lastHalf.Before(firstRest) {
+		t.Errorf("a device of the percent wave (as before the join) got v2 at %s, after the rest's first at %s: the wave changed devices",
+			lastHalf.Format(time.StampMilli), firstRest.Format(time.StampMilli))
+	}
 }

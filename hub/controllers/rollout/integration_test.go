@@ -45,6 +45,9 @@ type env struct {
 	c     kubernetes.Interface
 	dyn   dynamic.Interface
 	fleet *simdevice.Fleet
+	// nodeSelector is the workloads' template's (none by default); every
+	// device start runs is labelled fleet=kiosk.
+	nodeSelector map[string]string
 }
 
 // start runs a hub and n devices; the first canaries are labelled
@@ -64,8 +67,9 @@ func startCanaries(t *testing.T, n int, isCanary func(i int) bool) *env {
 		Run: func(ctx context.Context, cfg *rest.Config) error { return manager.Run(ctx, cfg, manager.Options{}) }}}})
 	devs := simdevice.Named("shop", n, func(i int, c *simdevice.Config) {
 		c.ReadyDelay = 50 * time.Millisecond
+		c.Labels = map[string]string{"fleet": "kiosk"}
 		if isCanary(i) {
-			c.Labels = map[string]string{"ring": "canary"}
+			c.Labels["ring"] = "canary"
 		}
 		c.NeverReady = func(p *corev1.Pod) bool { return p.Spec.Containers[0].Image == image("bad") }
 	})
@@ -86,6 +90,31 @@ func startCanaries(t *testing.T, n int, isCanary func(i int) bool) *env {
 		t.Fatal(err)
 	}
 	return &env{t: t, c: h.Client, dyn: dyn, fleet: fleet}
+}
+
+// join starts n more devices named prefix-N with no labels, until the
+// test ends, and waits until they are Ready.
+func (e *env) join(prefix string, n int) []string {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	fleet, err := simdevice.StartFleet(ctx, e.c, simdevice.Named(prefix, n, func(i int, c *simdevice.Config) {
+		c.ReadyDelay = 50 * time.Millisecond
+	}))
+	if err != nil {
+		cancel()
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() {
+		cancel()
+		if err := fleet.Wait(); err != nil {
+			e.t.Errorf("devices: %v", err)
+		}
+	})
+	var out []string
+	for _, d := range fleet.Devices {
+		out = append(out, d.Name())
+	}
+	return out
 }
 
 func policy(onFailure v1alpha1.RolloutFailureAction, timeout int32) *v1alpha1.RolloutPolicy {
@@ -150,7 +179,7 @@ func (e *env) createDaemonSet() {
 		Spec: appsv1.DaemonSetSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "kiosk", Image: image("v1")}}}},
+				Spec: corev1.PodSpec{NodeSelector: e.nodeSelector, Containers: []corev1.Container{{Name: "kiosk", Image: image("v1")}}}},
 			UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType,
 				RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: ptr.To(intstr.FromString("50%"))}},
 		},
@@ -485,4 +514,41 @@ func TestNewTemplateDuringAHeldRolloutStartsANewOne(t *testing.T) {
 		t.Errorf("the new rollout started from %s, want v1's %s (the held revision never becomes the fallback)", st.PreviousRevision, want)
 	}
 	e.waitPods("every device on v3", image("v3"), e.nodes())
+}
+
+// Devices the DaemonSet does not run on (its nodeSelector leaves them
+// out) join while the rollout is under way; each Node's arrival re-syncs
+// the policy. The percent wave keeps the devices it had before.
+func TestPercentWaveKeepsItsDevicesWhenUnrelatedDevicesJoin(t *testing.T) {
+	e := start(t, 10, 2)
+	e.nodeSelector = map[string]string{"fleet": "kiosk"}
+	e.createPolicy(policy(v1alpha1.RolloutFailureRollback, 30))
+	e.createDaemonSet()
+	a := e.assignment(context.Background())
+	if c := len(nodesOf(a, 1)); c != 4 {
+		t.Fatalf("%d devices in the 50%% wave, want 4 of the 8 left", c)
+	}
+	v2 := e.watchFirst(e.setImage(image("v2")))
+	others := e.join("other", 12)
+	st := e.waitPhase("v2 complete", image("v2"), v1alpha1.RolloutComplete)
+	e.waitPods("every kiosk device on v2", image("v2"), e.nodes())
+	first := v2.nodes()
+	for _, n := range others {
+		if _, ok := first[n]; ok {
+			t.Errorf("v2 went to %s, which the DaemonSet does not run on", n)
+		}
+	}
+	for _, early := range nodesOf(a, 1) {
+		for _, late := range nodesOf(a, 2) {
+			if !first[early].Before(first[late]) {
+				t.Errorf("%s (the percent wave before the join) got v2 at %s, not before %s (the rest) at %s",
+					early, first[early].Format(time.StampMilli), late, first[late].Format(time.StampMilli))
+			}
+		}
+	}
+	for i, ws := range st.Waves {
+		if int(ws.Devices) != len(nodesOf(a, i)) {
+			t.Errorf("wave %s: %d devices, want %d", ws.Name, ws.Devices, len(nodesOf(a, i)))
+		}
+	}
 }
