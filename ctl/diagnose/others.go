@@ -271,7 +271,8 @@ func Deployment(d *appsv1.Deployment, f *Facts) Finding {
 	}
 	counts := fmt.Sprintf("%d/%d ready, %d up to date, %d available", st.ReadyReplicas, want, st.UpdatedReplicas, st.AvailableReplicas)
 	// A staged rollout holding replicas on the previous revision is the
-	// reason, even past the progress deadline (which a held wave passes).
+	// reason, even past the progress deadline (which a wave's own
+	// replicas may run out while it waits for them).
 	held := Finding{Object: fd.Object, Stage: fd.Stage, Owner: fd.Owner, Severity: Warning, Summary: counts}
 	if held, ok := heldWave(held, stagedOf{kind: "Deployment", resource: "deployment", name: d.Name, labels: d.Labels,
 		generation: d.Generation, old: max(want-st.UpdatedReplicas, 0), unit: "replica(s)"}, f); ok {

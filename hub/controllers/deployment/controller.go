@@ -287,6 +287,10 @@ type step struct {
 	// newCap, when set, bounds the size a new ReplicaSet is created with
 	// (a staged rollout's NewTarget).
 	newCap *int32
+	// waiting, when set, is why a staged rollout waits for its
+	// RolloutPolicy rather than for the Deployment's own replicas: the
+	// progress deadline does not count meanwhile.
+	waiting string
 }
 
 func (s *step) now() time.Time { return s.c.clock.Now() }
@@ -523,7 +527,19 @@ func (s *step) syncRolloutStatus(ctx context.Context, all []*appsv1.ReplicaSet, 
 	cur := getCondition(d.Status, appsv1.DeploymentProgressing)
 	complete := st.Replicas == st.UpdatedReplicas && cur != nil && cur.Reason == ReasonNewReplicaSetAvailable
 	if hasProgressDeadline(d) && !complete {
+		waited := cur != nil && cur.Reason == ReasonWaitingForRolloutWave
 		switch {
+		case s.waiting != "" && !deploymentComplete(d, &st):
+			// As a paused Deployment's: Unknown, and no deadline.
+			if !waited || cur.Message != s.waiting {
+				removeCondition(&st, appsv1.DeploymentProgressing)
+				setCondition(&st, newCondition(appsv1.DeploymentProgressing, corev1.ConditionUnknown, ReasonWaitingForRolloutWave, s.waiting, now))
+			}
+		case waited && !deploymentComplete(d, &st) && !deploymentProgressing(d, &st):
+			// The policy let it go on: the deadline counts from now, as
+			// from a resume.
+			setCondition(&st, newCondition(appsv1.DeploymentProgressing, corev1.ConditionUnknown, ReasonRolloutWaveAdmitted,
+				fmt.Sprintf("Deployment %q goes on with its staged rollout.", d.Name), now))
 		case deploymentComplete(d, &st):
 			msg := fmt.Sprintf("Deployment %q has successfully progressed.", d.Name)
 			if newRS != nil {
@@ -594,7 +610,7 @@ func (s *step) requeueStuck(st appsv1.DeploymentStatus) {
 	if !hasProgressDeadline(d) || cur == nil {
 		return
 	}
-	if deploymentComplete(d, &st) || cur.Reason == ReasonProgressDeadlineExceeded {
+	if deploymentComplete(d, &st) || cur.Reason == ReasonProgressDeadlineExceeded || cur.Reason == ReasonWaitingForRolloutWave {
 		return
 	}
 	after := cur.LastUpdateTime.Add(time.Duration(*d.Spec.ProgressDeadlineSeconds) * time.Second).Sub(s.now())

@@ -140,6 +140,7 @@ func (s *step) rolloutStaged(ctx context.Context, rsList []*appsv1.ReplicaSet, p
 	}
 	all := append(append([]*appsv1.ReplicaSet(nil), olds...), newRS)
 	if plan.Frozen != waves.None {
+		s.waiting = fmt.Sprintf("held by RolloutPolicy %s at wave %s: no replica moves until the policy goes on", plan.Policy, plan.CurrentWave)
 		return s.syncRolloutStatus(ctx, all, newRS)
 	}
 	surge, unavailable := MaxSurge(s.d), MaxUnavailable(s.d)
@@ -188,11 +189,31 @@ func (s *step) rolloutStaged(ctx context.Context, rsList []*appsv1.ReplicaSet, p
 	}
 	if oldSum > oldTarget {
 		n := min(oldSum-oldTarget, spare+(oldSum-sumStatus(olds, statusAvailable)))
-		if _, err := s.scaleDownOlds(ctx, olds, plan.Previous, n); err != nil {
-			return err
+		if _, err := s.scaleDownOlds(ctx, olds, plan.Previous, n); err != nil || n > 0 {
+			if err != nil {
+				return err
+			}
+			return s.syncRolloutStatus(ctx, all, newRS)
 		}
 	}
+	// Every ReplicaSet is at the plan's figure and available: what is left
+	// is the rollout loop's to decide (the wave proving itself, a rolled
+	// back one staying so), which is no failure of the Deployment's to
+	// progress.
+	if rsReplicas(newRS) == target && newRS.Status.AvailableReplicas == target &&
+		oldSum == oldTarget && sumStatus(olds, statusAvailable) == oldTarget {
+		s.waiting = waitingMessage(plan)
+	}
 	return s.syncRolloutStatus(ctx, all, newRS)
+}
+
+// waitingMessage says what a staged Deployment whose replicas are where
+// its plan puts them waits for.
+func waitingMessage(plan *waves.Plan) string {
+	if plan.CurrentWave == "" {
+		return fmt.Sprintf("waiting for RolloutPolicy %s to record the new template", plan.Policy)
+	}
+	return fmt.Sprintf("waiting for RolloutPolicy %s: wave %s runs the revision its devices should; the next moves once the policy decides", plan.Policy, plan.CurrentWave)
 }
 
 // scaleDownOlds takes n replicas off the old ReplicaSets, the revisions

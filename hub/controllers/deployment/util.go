@@ -31,14 +31,18 @@ const (
 
 // Condition reasons, as Kubernetes words them.
 const (
-	ReasonNewReplicaSetCreated       = "NewReplicaSetCreated"
-	ReasonFoundNewReplicaSet         = "FoundNewReplicaSet"
-	ReasonReplicaSetUpdated          = "ReplicaSetUpdated"
-	ReasonNewReplicaSetAvailable     = "NewReplicaSetAvailable"
-	ReasonProgressDeadlineExceeded   = "ProgressDeadlineExceeded"
-	ReasonFailedReplicaSetCreate     = "ReplicaSetCreateError"
-	ReasonDeploymentPaused           = "DeploymentPaused"
-	ReasonDeploymentResumed          = "DeploymentResumed"
+	ReasonNewReplicaSetCreated     = "NewReplicaSetCreated"
+	ReasonFoundNewReplicaSet       = "FoundNewReplicaSet"
+	ReasonReplicaSetUpdated        = "ReplicaSetUpdated"
+	ReasonNewReplicaSetAvailable   = "NewReplicaSetAvailable"
+	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
+	ReasonFailedReplicaSetCreate   = "ReplicaSetCreateError"
+	ReasonDeploymentPaused         = "DeploymentPaused"
+	ReasonDeploymentResumed        = "DeploymentResumed"
+	// A staged Deployment waits for its RolloutPolicy (a held wave, or
+	// one proving itself), then goes on: Flotilla's own reasons.
+	ReasonWaitingForRolloutWave      = "WaitingForRolloutWave"
+	ReasonRolloutWaveAdmitted        = "RolloutWaveAdmitted"
 	ReasonMinimumReplicasAvailable   = "MinimumReplicasAvailable"
 	ReasonMinimumReplicasUnavailable = "MinimumReplicasUnavailable"
 	// Event reasons.

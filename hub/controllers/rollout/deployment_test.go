@@ -2,6 +2,7 @@ package rollout_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"flotilla.dev/flotilla/api/v1alpha1"
+	"flotilla.dev/flotilla/hub/controllers/deployment"
 	"flotilla.dev/flotilla/hub/controllers/rollout"
 	"flotilla.dev/flotilla/hub/controllers/rollout/waves"
 )
@@ -390,5 +392,92 @@ func TestDeploymentPercentWaveKeepsItsDevicesWhenUnrelatedDevicesJoin(t *testing
 	if !firstRest.IsZero() && !lastHalf.Before(firstRest) {
 		t.Errorf("a device of the percent wave (as before the join) got v2 at %s, after the rest's first at %s: the wave changed devices",
 			lastHalf.Format(time.StampMilli), firstRest.Format(time.StampMilli))
+	}
+}
+
+// progressWatch records every reason the Deployment's Progressing
+// condition has from now on.
+type progressWatch struct {
+	mu      sync.Mutex
+	reasons []string
+}
+
+func (e *env) watchProgressing() *progressWatch {
+	e.t.Helper()
+	w, err := e.c.AppsV1().Deployments(ns).Watch(context.Background(), metav1.ListOptions{FieldSelector: "metadata.name=kiosk"})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	pw := &progressWatch{}
+	go func() {
+		for ev := range w.ResultChan() {
+			d, ok := ev.Object.(*appsv1.Deployment)
+			if !ok {
+				continue
+			}
+			for _, c := range d.Status.Conditions {
+				if c.Type == appsv1.DeploymentProgressing {
+					pw.mu.Lock()
+					if n := len(pw.reasons); n == 0 || pw.reasons[n-1] != c.Reason {
+						pw.reasons = append(pw.reasons, c.Reason)
+					}
+					pw.mu.Unlock()
+				}
+			}
+		}
+	}()
+	e.t.Cleanup(w.Stop)
+	return pw
+}
+
+func (pw *progressWatch) seen() []string {
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	return append([]string(nil), pw.reasons...)
+}
+
+// A wave proving itself (readySeconds) and a pause both last longer than
+// the Deployment's progressDeadlineSeconds: its Progressing condition
+// waits, as a paused Deployment's does, and never runs out.
+func TestDeploymentProgressDeadlineWaitsForTheWaves(t *testing.T) {
+	e := start(t, 4, 1)
+	rp := policy(v1alpha1.RolloutFailurePause, 60)
+	rp.Spec.SuccessCriteria.ReadySeconds = ptr.To(int32(4))
+	e.createPolicy(rp)
+	e.createDeployment(4)
+	ctx := context.Background()
+	if _, err := e.c.AppsV1().Deployments(ns).Patch(ctx, "kiosk", "application/merge-patch+json", []byte(`{"spec":{"progressDeadlineSeconds":2}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pw := e.watchProgressing()
+	e.setDeploymentImage(image("v2"))
+	// The canary wave's replica is replaced, then proves itself for 4s.
+	e.waitDeploymentPhase("the canary wave under way", image("v2"), v1alpha1.RolloutProgressing)
+	time.Sleep(3 * time.Second)
+	e.setPaused(true)
+	time.Sleep(4 * time.Second)
+	e.setPaused(false)
+	e.waitDeploymentPhase("v2 complete", image("v2"), v1alpha1.RolloutComplete)
+	e.waitReplicas("every replica on v2", image("v2"), 4)
+	e.wait("the Deployment complete", func(ctx context.Context) (bool, error) {
+		d, err := e.c.AppsV1().Deployments(ns).Get(ctx, "kiosk", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range d.Status.Conditions {
+			if c.Type == appsv1.DeploymentProgressing {
+				return c.Reason == "NewReplicaSetAvailable", nil
+			}
+		}
+		return false, nil
+	})
+	reasons := pw.seen()
+	for _, r := range reasons {
+		if r == "ProgressDeadlineExceeded" {
+			t.Fatalf("the progress deadline ran out while the rollout waited for its waves: %v", reasons)
+		}
+	}
+	if !slices.Contains(reasons, deployment.ReasonWaitingForRolloutWave) {
+		t.Errorf("the Deployment never said it waited for its waves: %v", reasons)
 	}
 }

@@ -165,7 +165,12 @@ type Plan struct {
 	// its devices stay on whichever of the two revisions they run, so
 	// that a pause holds everything where it is.
 	Frozen int
-	wave   map[string]int
+	// Policy is the name of the RolloutPolicy the plan comes from, and
+	// CurrentWave the wave its rollout is at (empty before the rollout loop has
+	// recorded the template): what a workload's status names as the
+	// reason it waits.
+	Policy, CurrentWave string
+	wave                map[string]int
 }
 
 // Admits reports whether node may run the new revision.
@@ -202,11 +207,12 @@ func PlanFor(rp *v1alpha1.RolloutPolicy, w Workload, revision string, nodes []*c
 	if st == nil {
 		return nil, nil
 	}
-	p := &Plan{Revision: revision, Frozen: None}
+	p := &Plan{Revision: revision, Frozen: None, Policy: rp.Name}
 	if st.Revision != revision {
 		p.Previous = Stable(st)
 	} else {
 		p.Previous = st.PreviousRevision
+		p.CurrentWave = st.CurrentWave
 		switch st.Phase {
 		case v1alpha1.RolloutComplete:
 			return nil, nil
