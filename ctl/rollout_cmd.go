@@ -102,7 +102,7 @@ instead.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(status, history, undo, restart, a.rolloutPauseCommand(true), a.rolloutPauseCommand(false))
+	cmd.AddCommand(status, history, undo, restart, a.rolloutPauseCommand(true), a.rolloutPauseCommand(false), a.rolloutRetryCommand())
 	return cmd
 }
 

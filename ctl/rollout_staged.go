@@ -94,8 +94,12 @@ func (a *App) rolloutPause(ctx context.Context, r *api.Resource, name string, pa
 				policy, workload, src, git)
 		}
 	}
+	note := ""
+	if !paused {
+		note = failedWaveNote(rp, r, name)
+	}
 	if rp.Spec.Paused == paused {
-		fmt.Fprintf(a.Out, "%s already %s (it stages %s)\n", policy, word, workload)
+		fmt.Fprintf(a.Out, "%s already %s (it stages %s)\n%s", policy, word, workload, note)
 		return nil
 	}
 	prc, err := c.clientFor(rolloutPolicyResource(), c.Namespace)
@@ -106,13 +110,96 @@ func (a *App) rolloutPause(ctx context.Context, r *api.Resource, name string, pa
 	if _, err := prc.Patch(ctx, rp.Name, types.MergePatchType, []byte(patch)); err != nil {
 		return err
 	}
-	fmt.Fprintf(a.Out, "%s %s (it stages %s and every workload its selector matches)\n", policy, word, workload)
+	fmt.Fprintf(a.Out, "%s %s (it stages %s and every workload its selector matches)\n%s", policy, word, workload, note)
 	if src := rp.Labels[api.LabelSource]; src != "" {
 		if _, sets := gitSetsPaused(rp); !sets {
 			fmt.Fprintf(a.Out, "note: the policy is applied from GitSource %s, whose manifest leaves spec.paused out: syncs keep this setting\n", src)
 		}
 	}
 	return nil
+}
+
+func (a *App) rolloutRetryCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "retry (deployment|daemonset) NAME | KIND/NAME",
+		Short: "Judge the failed wave of a workload's staged rollout again",
+		Long: `Judge the failed wave of a staged DaemonSet's or Deployment's rollout again,
+once what failed it is fixed (a device back online, an image pull
+secret, a registry): the wave starts over, its timeout counted from now,
+and a rolled-back wave's devices get the new revision again. The
+rollout then goes on as if the wave had never failed, or fails again.
+
+It sets the workload's flotilla.dev/rollout-retry-requested-at
+annotation, which the hub answers in the policy's status
+(lastHandledRetryAt); the workload's spec is not touched. It refuses a
+rollout with no failed wave: a paused one goes on with flotctl rollout
+resume, and a new template starts a new rollout by itself.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, name, err := rolloutTarget(args)
+			if err != nil {
+				return err
+			}
+			return a.rolloutRetry(cmd.Context(), r, name)
+		},
+	}
+}
+
+func (a *App) rolloutRetry(ctx context.Context, r *api.Resource, name string) error {
+	c, err := a.connect()
+	if err != nil {
+		return err
+	}
+	rc, err := c.clientFor(r, c.Namespace)
+	if err != nil {
+		return err
+	}
+	obj, err := rc.Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return err
+	}
+	workload := output.KindGroup(r.GVK()) + "/" + name
+	rp, err := a.stagingPolicy(ctx, c, c.Namespace, m.GetLabels())
+	if err != nil {
+		return err
+	}
+	if rp == nil {
+		return fmt.Errorf("no RolloutPolicy in namespace %s selects %s (labels %s): only a staged rollout has waves to retry",
+			c.Namespace, workload, labels.Set(m.GetLabels()).String())
+	}
+	w := waves.Find(rp, waves.Workload{Kind: r.Kind, Name: name})
+	if w == nil || !meta.IsStatusConditionTrue(w.Conditions, v1alpha1.ConditionWaveFailed) {
+		state := "not started yet"
+		if w != nil {
+			state = string(w.Phase)
+			if w.CurrentWave != "" {
+				state += " at wave " + w.CurrentWave
+			}
+		}
+		return fmt.Errorf("the rollout of %s (RolloutPolicy %s) has no failed wave to retry: it is %s; a paused rollout goes on with flotctl rollout resume %s %s",
+			workload, rp.Name, state, strings.ToLower(r.Kind), name)
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.AnnotationRolloutRetryRequestedAt, a.now().UTC().Format(time.RFC3339Nano))
+	if _, err := rc.Patch(ctx, name, types.MergePatchType, []byte(patch)); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.Out, "%s: wave %s of RolloutPolicy %s will be judged again (it was %s); follow it with flotctl rollout status %s %s\n",
+		workload, w.CurrentWave, rp.Name, w.Phase, strings.ToLower(r.Kind), name)
+	return nil
+}
+
+// failedWaveNote is what resume says of a rollout it cannot lift: a failed
+// wave holds until a retry or a new template, whatever spec.paused says.
+func failedWaveNote(rp *v1alpha1.RolloutPolicy, r *api.Resource, name string) string {
+	w := waves.Find(rp, waves.Workload{Kind: r.Kind, Name: name})
+	if w == nil || !meta.IsStatusConditionTrue(w.Conditions, v1alpha1.ConditionWaveFailed) {
+		return ""
+	}
+	return fmt.Sprintf("note: the rollout of %s/%s failed at wave %s and stays %s after a resume: flotctl rollout retry %s %s judges the wave again\n",
+		strings.ToLower(r.Kind), name, w.CurrentWave, w.Phase, strings.ToLower(r.Kind), name)
 }
 
 // gitSetsPaused reads the manifest a GitSource last applied the policy

@@ -169,3 +169,31 @@ func TestRolloutStatusNamesTheIgnoringPolicy(t *testing.T) {
 		t.Errorf("output %q", out)
 	}
 }
+
+func TestRolloutRetryAsksForAFailedWaveOnly(t *testing.T) {
+	h := newHarness(t, kioskDaemonSet(), kioskPolicy(nil))
+	_, errOut, code := h.run("rollout", "retry", "ds", "kiosk")
+	if code == 0 || !strings.Contains(errOut, "has no failed wave to retry: it is Progressing at wave canary") {
+		t.Fatalf("retry of a progressing rollout: exit %d, stderr %q", code, errOut)
+	}
+	failed := func(rp *v1alpha1.RolloutPolicy) {
+		w := &rp.Status.Workloads[0]
+		w.Phase = v1alpha1.RolloutPaused
+		w.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionWaveFailed, Status: metav1.ConditionTrue, Reason: "PausedOnFailure"}}
+	}
+	h = newHarness(t, kioskDaemonSet(), kioskPolicy(failed))
+	if out := h.ok("rollout", "resume", "ds/kiosk"); !strings.Contains(out, "flotctl rollout retry daemonset kiosk judges the wave again") {
+		t.Errorf("resume of a failed wave does not point at retry: %q", out)
+	}
+	out := h.ok("rollout", "retry", "daemonset/kiosk")
+	if !strings.Contains(out, "daemonset.apps/kiosk: wave canary of RolloutPolicy kiosks will be judged again") {
+		t.Errorf("retry: %q", out)
+	}
+	ds, err := h.typed.AppsV1().DaemonSets("default").Get(context.Background(), "kiosk", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := ds.Annotations[v1alpha1.AnnotationRolloutRetryRequestedAt]; v == "" {
+		t.Fatalf("no retry request on the DaemonSet: %v", ds.Annotations)
+	}
+}

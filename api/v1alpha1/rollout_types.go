@@ -131,10 +131,21 @@ type WorkloadRollout struct {
 	StartTime   *metav1.Time `json:"startTime,omitempty"`
 	Waves       []WaveStatus `json:"waves,omitempty"`
 	Message     string       `json:"message,omitempty"`
+	// LastHandledRetryAt is the value of the workload's
+	// AnnotationRolloutRetryRequestedAt the rollout loop last answered: a
+	// failed wave it finds with another value is judged again.
+	LastHandledRetryAt string `json:"lastHandledRetryAt,omitempty"`
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
+
+// AnnotationRolloutRetryRequestedAt, on a staged DaemonSet or Deployment,
+// asks the rollout loop to judge its failed wave again (flotctl rollout
+// retry sets it to the time): any new value is a new request, answered
+// in status.workloads[].lastHandledRetryAt. A request that finds no
+// failed wave is answered and does nothing.
+const AnnotationRolloutRetryRequestedAt = "flotilla.dev/rollout-retry-requested-at"
 
 // WaveStatus is one wave's progress.
 type WaveStatus struct {

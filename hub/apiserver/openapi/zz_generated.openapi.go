@@ -1471,6 +1471,13 @@ func schema_flotilladev_flotilla_api_v1alpha1_WorkloadRollout(ref common.Referen
 							Format: "",
 						},
 					},
+					"lastHandledRetryAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LastHandledRetryAt is the value of the workload's AnnotationRolloutRetryRequestedAt the rollout loop last answered: a failed wave it finds with another value is judged again.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"conditions": {
 						VendorExtensible: spec.VendorExtensible{
 							Extensions: spec.Extensions{

@@ -44,6 +44,7 @@ const (
 	ReasonResumed       = "Resumed"
 	ReasonStarted       = "RolloutStarted"
 	ReasonComplete      = "RolloutComplete"
+	ReasonRetried       = "Retried"
 )
 
 // Options tune the loop; the zero value is production.
@@ -325,6 +326,10 @@ func (c *Controller) step(rp *v1alpha1.RolloutPolicy, s *staged, now time.Time) 
 	w.RevisionNumber = s.revisionNumber
 	w.ObservedGeneration = s.generation
 	c.count(rp, w, assign)
+	if s.retry != w.LastHandledRetryAt {
+		w.LastHandledRetryAt = s.retry
+		c.retry(rp, wl, w, now)
+	}
 
 	paused := rp.Spec.Paused
 	switch {
@@ -398,14 +403,36 @@ func (c *Controller) fail(rp *v1alpha1.RolloutPolicy, wl waves.Workload, w *v1al
 	if rp.Spec.OnFailure == v1alpha1.RolloutFailureRollback {
 		reason = ReasonRolledBack
 		w.Phase = v1alpha1.RolloutRolledBack
-		w.Message = why + fmt.Sprintf("; its devices went back to revision %s, and later waves never got %s. A new template starts a new rollout", w.PreviousRevision, w.Revision)
+		w.Message = why + fmt.Sprintf("; its devices went back to revision %s, and later waves never got %s. A new template starts a new rollout; flotctl rollout retry judges the wave again", w.PreviousRevision, w.Revision)
 	} else {
 		w.Phase = v1alpha1.RolloutPaused
-		w.Message = why + "; every device stays where it is. A new template starts a new rollout"
+		w.Message = why + "; every device stays where it is. A new template starts a new rollout; flotctl rollout retry judges the wave again"
 	}
 	meta.SetStatusCondition(&w.Conditions, metav1.Condition{Type: v1alpha1.ConditionWaveFailed, Status: metav1.ConditionTrue,
 		Reason: reason, Message: why, ObservedGeneration: rp.Generation})
 	c.recorder.Eventf(rp, corev1.EventTypeWarning, ReasonWaveFailed, "%s %s: %s", wl.Kind, wl.Name, w.Message)
+}
+
+// retry judges a failed wave again, as asked: the wave goes back to
+// Progressing with its timeout counted from now, and (rolled back) its
+// devices get the new revision again. A rollout with no failed wave has
+// nothing to retry.
+func (c *Controller) retry(rp *v1alpha1.RolloutPolicy, wl waves.Workload, w *v1alpha1.WorkloadRollout, now time.Time) {
+	if !meta.IsStatusConditionTrue(w.Conditions, v1alpha1.ConditionWaveFailed) ||
+		(w.Phase != v1alpha1.RolloutPaused && w.Phase != v1alpha1.RolloutRolledBack) {
+		return
+	}
+	i := waves.WaveIndex(rp, w.CurrentWave)
+	if i < 0 || i >= len(w.Waves) {
+		return
+	}
+	ws := &w.Waves[i]
+	ws.StartTime, ws.Done, ws.Failed, ws.FailedDevices = ptrTime(now), 0, 0, nil
+	w.Phase, w.Message = v1alpha1.RolloutProgressing, ""
+	msg := fmt.Sprintf("wave %s retried (request %s): judged again from now", w.CurrentWave, w.LastHandledRetryAt)
+	meta.SetStatusCondition(&w.Conditions, metav1.Condition{Type: v1alpha1.ConditionWaveFailed, Status: metav1.ConditionFalse,
+		Reason: ReasonRetried, Message: msg, ObservedGeneration: rp.Generation})
+	c.recorder.Eventf(rp, corev1.EventTypeNormal, ReasonRetried, "%s %s: %s", wl.Kind, wl.Name, msg)
 }
 
 // firstSight is the status of a workload the policy has not recorded: if

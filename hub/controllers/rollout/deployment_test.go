@@ -481,3 +481,38 @@ func TestDeploymentProgressDeadlineWaitsForTheWaves(t *testing.T) {
 		t.Errorf("the Deployment never said it waited for its waves: %v", reasons)
 	}
 }
+
+// A bad image rolled back at the canary; the retry sends it to the
+// canary again, where it fails again: the rollout is judged anew, not let
+// through.
+func TestDeploymentRetryRollsTheWaveOutAgain(t *testing.T) {
+	e := startCanaries(t, 4, func(i int) bool { return i == 3 })
+	e.createPolicy(policy(v1alpha1.RolloutFailureRollback, 3))
+	e.createDeployment(4)
+	e.setDeploymentImage(image("bad"))
+	rb := e.waitDeploymentPhase("the bad revision rolled back", image("bad"), v1alpha1.RolloutRolledBack)
+	e.waitReplicas("every replica on v1 again", image("v1"), 4)
+	bad := e.watchBindings(rb.Revision)
+	e.retry("deployment", "again")
+	e.wait("the retry answered", func(ctx context.Context) (bool, error) {
+		rp, err := e.getPolicy(ctx)
+		if err != nil {
+			return false, err
+		}
+		w := waves.Find(rp, deploymentKiosk)
+		return w != nil && w.LastHandledRetryAt == "again", nil
+	})
+	again := e.waitDeploymentPhase("the bad revision rolled back again", image("bad"), v1alpha1.RolloutRolledBack)
+	if len(bad.nodes()) == 0 {
+		t.Fatal("the retry never sent the bad revision to the canary again")
+	}
+	for node := range bad.nodes() {
+		if node != "shop-3" {
+			t.Errorf("the retried bad revision reached %s, not a canary", node)
+		}
+	}
+	if !again.Waves[0].StartTime.After(rb.Waves[0].StartTime.Time) {
+		t.Errorf("the wave's start %s did not move on from %s", again.Waves[0].StartTime, rb.Waves[0].StartTime)
+	}
+	e.waitReplicas("every replica on v1 again", image("v1"), 4)
+}

@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -551,4 +552,47 @@ func TestPercentWaveKeepsItsDevicesWhenUnrelatedDevicesJoin(t *testing.T) {
 			t.Errorf("wave %s: %d devices, want %d", ws.Name, ws.Devices, len(nodesOf(a, i)))
 		}
 	}
+}
+
+// retry asks for the workload's failed wave to be judged again, as
+// flotctl rollout retry does.
+func (e *env) retry(resource string, value string) {
+	e.t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.AnnotationRolloutRetryRequestedAt, value)
+	var err error
+	if resource == "deployment" {
+		_, err = e.c.AppsV1().Deployments(ns).Patch(context.Background(), "kiosk", "application/merge-patch+json", []byte(patch), metav1.PatchOptions{})
+	} else {
+		_, err = e.c.AppsV1().DaemonSets(ns).Patch(context.Background(), "kiosk", "application/merge-patch+json", []byte(patch), metav1.PatchOptions{})
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// The canary is offline through its wave, which fails and holds; once it
+// is back, a retry judges the wave again and the rollout goes on. A retry
+// request that found nothing failed is not kept for a later failure.
+func TestRetryJudgesAFailedWaveAgain(t *testing.T) {
+	e := start(t, 3, 1)
+	e.createPolicy(policy(v1alpha1.RolloutFailurePause, 3))
+	e.createDaemonSet()
+	e.retry("daemonset", "early") // nothing failed yet: answered, no effect
+	e.fleet.Devices[0].SetRenewing(false)
+	e.setImage(image("v2"))
+	held := e.waitPhase("the canary wave failed", image("v2"), v1alpha1.RolloutPaused)
+	if !meta.IsStatusConditionTrue(held.Conditions, v1alpha1.ConditionWaveFailed) || held.LastHandledRetryAt != "early" {
+		t.Fatalf("held with %+v, last retry %q", held.Conditions, held.LastHandledRetryAt)
+	}
+	e.fleet.Devices[0].SetRenewing(true)
+	time.Sleep(2 * time.Second)
+	if st := e.waitPhase("still held without a retry", image("v2"), v1alpha1.RolloutPaused); st.Waves[0].Failed != 1 {
+		t.Fatalf("held wave %+v", st.Waves[0])
+	}
+	e.retry("daemonset", "now")
+	st := e.waitPhase("v2 complete after the retry", image("v2"), v1alpha1.RolloutComplete)
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionWaveFailed); c == nil || c.Status != metav1.ConditionFalse || st.LastHandledRetryAt != "now" {
+		t.Errorf("conditions %+v, last retry %q", st.Conditions, st.LastHandledRetryAt)
+	}
+	e.waitPods("every device on v2", image("v2"), e.nodes())
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"flotilla.dev/flotilla/api/scheduling"
+	"flotilla.dev/flotilla/api/v1alpha1"
 	"flotilla.dev/flotilla/hub/controllers/controllerutil"
 	"flotilla.dev/flotilla/hub/controllers/daemonset"
 	"flotilla.dev/flotilla/hub/controllers/deployment"
@@ -36,6 +37,8 @@ type staged struct {
 	// revisionNumber is what kubectl rollout history shows for hash (0
 	// while unknown).
 	revisionNumber int64
+	// retry is the workload's AnnotationRolloutRetryRequestedAt.
+	retry string
 }
 
 func (c *Controller) daemonSetStaged(ds *appsv1.DaemonSet, nodes []*corev1.Node) (*staged, error) {
@@ -48,6 +51,7 @@ func (c *Controller) daemonSetStaged(ds *appsv1.DaemonSet, nodes []*corev1.Node)
 		id:   waves.Workload{Kind: daemonset.GVK.Kind, Name: ds.Name},
 		hash: hash, revisionLabel: appsv1.ControllerRevisionHashLabelKey, generation: ds.Generation,
 		eligible: Eligible(ds, nodes), podsOf: podsOf, revisionNumber: c.revisionNumber(ds, hash),
+		retry: ds.Annotations[v1alpha1.AnnotationRolloutRetryRequestedAt],
 	}, nil
 }
 
@@ -84,6 +88,7 @@ func (c *Controller) deploymentStaged(d *appsv1.Deployment, nodes []*corev1.Node
 		id:   waves.Workload{Kind: deployment.GVK.Kind, Name: d.Name},
 		hash: hash, revisionLabel: appsv1.DefaultDeploymentUniqueLabelKey, generation: d.Generation,
 		eligible: EligibleForDeployment(d, nodes), podsOf: podsOf, occupiedOnly: true, revisionNumber: number,
+		retry: d.Annotations[v1alpha1.AnnotationRolloutRetryRequestedAt],
 	}, nil
 }
 
