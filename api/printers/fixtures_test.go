@@ -263,12 +263,13 @@ func fixtures() map[string]runtime.Object {
 			}, Status: v1alpha1.RolloutPolicyStatus{Workloads: []v1alpha1.WorkloadRollout{
 				{Kind: "DaemonSet", Name: "kiosk", Revision: "6b9f7d", Phase: v1alpha1.RolloutRolledBack, CurrentWave: "canary"},
 				{Kind: "Deployment", Name: "menu", Revision: "5c8d4", Phase: v1alpha1.RolloutComplete},
-			}}},
+			}, Conditions: []metav1.Condition{{Type: v1alpha1.ConditionOverlapping, Status: metav1.ConditionTrue, Reason: "StagedByAnotherPolicy",
+				Message: "Deployment menu-beta is staged by RolloutPolicy beta (the first by name); this policy ignores it"}}}},
 			{ObjectMeta: objMeta("agents", time.Hour), Spec: v1alpha1.RolloutPolicySpec{
 				Selector:  &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "agent"}},
 				Waves:     []v1alpha1.RolloutWave{{Name: "half", Percent: ptr(int32(50))}, {Name: "rest"}},
 				OnFailure: v1alpha1.RolloutFailurePause, Paused: true,
-			}},
+			}, Status: v1alpha1.RolloutPolicyStatus{Conditions: []metav1.Condition{{Type: v1alpha1.ConditionOverlapping, Status: metav1.ConditionFalse, Reason: "NoOverlap"}}}},
 		}},
 	}
 }

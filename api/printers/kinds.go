@@ -245,8 +245,10 @@ func init() {
 		col("On Failure", "string", "What a failed wave leads to: Pause or Rollback."),
 		col("Paused", "boolean", "Whether spec.paused holds every rollout of the policy."),
 		col("Rollouts", "string", "Each selected workload's phase and current wave."),
+		col("Conditions", "string", "The policy's conditions that are True (Overlapping: it selects a workload another policy stages)."),
 		ageColumn(),
 		wide("Selector", "string", "The labels of the workloads rolled out in waves."),
+		wide("Message", "string", "The message of the first condition that is True."),
 	}, as(rolloutPolicyCells))
 }
 
@@ -601,9 +603,19 @@ func rolloutPolicyCells(rp *v1alpha1.RolloutPolicy, now time.Time) []any {
 			sel = s.String()
 		}
 	}
+	var conds []string
+	msg := ""
+	for _, c := range rp.Status.Conditions {
+		if c.Status == metav1.ConditionTrue {
+			conds = append(conds, c.Type)
+			if msg == "" {
+				msg = c.Message
+			}
+		}
+	}
 	return []any{
 		rp.Name, orNone(strings.Join(waves, ",")), string(rp.Spec.OnFailure), rp.Spec.Paused,
-		RolloutSummary(rp.Status.Workloads), age(rp.CreationTimestamp, now), sel,
+		RolloutSummary(rp.Status.Workloads), orNone(strings.Join(conds, ",")), age(rp.CreationTimestamp, now), sel, orNone(oneLine(msg)),
 	}
 }
 

@@ -162,7 +162,7 @@ func TestKubectlColumnNames(t *testing.T) {
 		"priorityclasses":     "NAME VALUE GLOBAL-DEFAULT AGE PREEMPTIONPOLICY |",
 		"namespaces":          "NAME STATUS AGE |",
 		"gitsources":          "NAME URL REF COMMIT READY MESSAGE AGE |",
-		"rolloutpolicies":     "NAME WAVES ON FAILURE PAUSED ROLLOUTS AGE | SELECTOR",
+		"rolloutpolicies":     "NAME WAVES ON FAILURE PAUSED ROLLOUTS CONDITIONS AGE | SELECTOR MESSAGE",
 	}
 	for _, r := range api.Resources() {
 		var normal, wide []string

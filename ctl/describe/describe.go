@@ -703,6 +703,13 @@ func describeRolloutPolicy(w *writer, rp *v1alpha1.RolloutPolicy) {
 		ptrOr(c.ReadySeconds, 0), maxFailures, ptrOr(c.TimeoutSeconds, 0))
 	w.line(0, "On Failure:\t%s", orNone(string(s.OnFailure)))
 	w.line(0, "Paused:\t%t", s.Paused)
+	if len(rp.Status.Conditions) > 0 {
+		w.line(0, "Conditions:")
+		w.line(1, "Type\tStatus\tReason\tMessage")
+		for _, cd := range rp.Status.Conditions {
+			w.line(1, "%s\t%s\t%s\t%s", cd.Type, cd.Status, cd.Reason, firstLine(cd.Message))
+		}
+	}
 	if len(rp.Status.Workloads) == 0 {
 		w.line(0, "Rollouts:\t<none>")
 		return

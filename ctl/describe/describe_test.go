@@ -61,7 +61,8 @@ func TestRolloutPolicyShowsWavesAndFailingDevices(t *testing.T) {
 			Kind: "DaemonSet", Name: "kiosk", Revision: "6b9f7d", PreviousRevision: "5c8d4", Phase: v1alpha1.RolloutRolledBack, CurrentWave: "canary",
 			Waves: []v1alpha1.WaveStatus{{Name: "canary", Devices: 2, Done: 1, Failed: 1,
 				FailedDevices: []v1alpha1.DeviceFailure{{Node: "shop-7", Reason: "ImagePullBackOff", Message: "kiosk:v2 not found"}}}},
-		}}},
+		}}, Conditions: []metav1.Condition{{Type: v1alpha1.ConditionOverlapping, Status: metav1.ConditionTrue, Reason: "StagedByAnotherPolicy",
+			Message: "Deployment menu is staged by RolloutPolicy beta (the first by name); this policy ignores it"}}},
 	}
 	out, err := Describe(rp, &diagnose.Facts{Now: now}, term.Style{})
 	if err != nil {
@@ -69,7 +70,8 @@ func TestRolloutPolicyShowsWavesAndFailingDevices(t *testing.T) {
 	}
 	for _, want := range []string{"1. canary:", "devices matching ring=canary", "10% of the devices left", "every device left",
 		"On Failure:", "Rollback", "DaemonSet kiosk:", "RolledBack, revision 6b9f7d (from 5c8d4)",
-		"shop-7 (wave canary): ImagePullBackOff kiosk:v2 not found"} {
+		"shop-7 (wave canary): ImagePullBackOff kiosk:v2 not found",
+		"Conditions:\n  Type         Status  Reason                 Message\n  Overlapping  True    StagedByAnotherPolicy  Deployment menu is staged by RolloutPolicy beta"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("lacks %q:\n%s", want, out)
 		}
