@@ -61,6 +61,30 @@ func TestStagedRunsEveryWave(t *testing.T) {
 	}
 }
 
+// TestStagedDeploymentRunsEveryWave is the same for a Deployment: its
+// waves count the devices that run its replicas.
+func TestStagedDeploymentRunsEveryWave(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a hub with simulated devices")
+	}
+	h := hubtest.Start(t, hubtest.Options{Loops: []hub.Loop{{Name: "controllers",
+		Run: func(ctx context.Context, cfg *rest.Config) error { return manager.Run(ctx, cfg, manager.Options{}) }}}})
+	r, err := rollout.StagedDeployment(context.Background(), h.Config, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, w := range r.Waves {
+		got = append(got, w.Name)
+	}
+	if strings.Join(got, ",") != "canary,ten-percent,rest" || r.Total <= 0 || r.Kind != "Deployment" {
+		t.Fatalf("waves %v (%+v), total %v", got, r.Waves, r.Total)
+	}
+	if !strings.Contains(r.Lines()[0], "staged Deployment, 30 replicas") {
+		t.Errorf("figure %q", r.Lines()[0])
+	}
+}
+
 func TestStagedRefusesTooFewDevices(t *testing.T) {
 	if _, err := rollout.Staged(context.Background(), &rest.Config{Host: "https://127.0.0.1:1"}, 2); err == nil {
 		t.Fatal("Staged accepted 2 devices")

@@ -40,6 +40,9 @@ const (
 // StagedResult is the time each wave of a staged rollout took, from its
 // admission to the next wave's (or completion), and in all.
 type StagedResult struct {
+	// Kind is the workload rolled out: DaemonSet (a pod per device) or
+	// Deployment (as many replicas as devices).
+	Kind    string
 	Devices int
 	Waves   []WaveTime
 	Total   time.Duration
@@ -59,6 +62,9 @@ func (r StagedResult) Lines() []string {
 		parts = append(parts, fmt.Sprintf("%s (%d) %v", w.Name, w.Devices, w.Took.Round(10*time.Millisecond)))
 	}
 	name := fmt.Sprintf("staged rollout, %d devices, 3 waves", r.Devices)
+	if r.Kind == "Deployment" {
+		name = fmt.Sprintf("staged Deployment, %d replicas, 3 waves", r.Devices)
+	}
 	return []string{
 		fmt.Sprintf("%-44s %v in all  (readySeconds %d per wave, maxUnavailable 25%%, containers start in %v)", name, r.Total.Round(10*time.Millisecond), StagedReadySeconds, ReadyDelay),
 		fmt.Sprintf("%-44s %s", "  per wave", strings.Join(parts, ", ")),
@@ -70,6 +76,17 @@ func (r StagedResult) Lines() []string {
 // from the policy's status until the rollout is complete. Everything it
 // created is deleted before it returns.
 func Staged(ctx context.Context, cfg *rest.Config, devices int) (StagedResult, error) {
+	return staged(ctx, cfg, devices, "DaemonSet")
+}
+
+// StagedDeployment is Staged for a Deployment of as many replicas as
+// devices (maxSurge and maxUnavailable 25%): its waves are judged on the
+// devices that run its pods, and the scheduler places each revision's.
+func StagedDeployment(ctx context.Context, cfg *rest.Config, devices int) (StagedResult, error) {
+	return staged(ctx, cfg, devices, "Deployment")
+}
+
+func staged(ctx context.Context, cfg *rest.Config, devices int, kind string) (StagedResult, error) {
 	if devices < 3 {
 		return StagedResult{}, fmt.Errorf("staged rollout benchmark: needs at least 3 devices, got %d", devices)
 	}
@@ -111,6 +128,7 @@ func Staged(ctx context.Context, cfg *rest.Config, devices int) (StagedResult, e
 		_ = policies.Delete(cctx, id, metav1.DeleteOptions{})
 		bg := metav1.DeletePropagationBackground
 		_ = client.AppsV1().DaemonSets(api.NamespaceDefault).Delete(cctx, id, metav1.DeleteOptions{PropagationPolicy: &bg})
+		_ = client.AppsV1().Deployments(api.NamespaceDefault).Delete(cctx, id, metav1.DeleteOptions{PropagationPolicy: &bg})
 		cleanup(context.WithoutCancel(ctx), client, id, fleet)
 	}()
 
@@ -135,40 +153,20 @@ func Staged(ctx context.Context, cfg *rest.Config, devices int) (StagedResult, e
 	if _, err := policies.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
 		return StagedResult{}, fmt.Errorf("create rolloutpolicy %s: %w", id, err)
 	}
-	labels := map[string]string{"app": id}
-	ds := &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: api.NamespaceDefault, Labels: labels},
-		Spec: appsv1.DaemonSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-				NodeSelector: map[string]string{"bench": id},
-				Containers:   []corev1.Container{{Name: "app", Image: image(1)}},
-			}},
-			UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType,
-				RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: ptr.To(intstr.FromString("25%"))}},
-		},
+	wl := workloadFor(client, kind, id, int32(devices))
+	if err := wl.create(ctx); err != nil {
+		return StagedResult{}, err
 	}
-	if _, err := client.AppsV1().DaemonSets(api.NamespaceDefault).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
-		return StagedResult{}, fmt.Errorf("create daemonset %s: %w", id, err)
-	}
-	if _, err := waitStaged(ctx, client, policies, id, int32(devices), nil); err != nil {
+	if _, err := waitStaged(ctx, wl, policies, id, nil); err != nil {
 		return StagedResult{}, fmt.Errorf("initial rollout: %w", err)
 	}
 	start := time.Now()
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := client.AppsV1().DaemonSets(api.NamespaceDefault).Get(ctx, id, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		cur.Spec.Template.Spec.Containers[0].Image = image(2)
-		_, err = client.AppsV1().DaemonSets(api.NamespaceDefault).Update(ctx, cur, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
+	if err := wl.setImage(ctx, image(2)); err != nil {
 		return StagedResult{}, fmt.Errorf("change the image of %s: %w", id, err)
 	}
-	res := StagedResult{Devices: devices}
+	res := StagedResult{Kind: kind, Devices: devices}
 	waveStart, current := start, ""
-	w, err := waitStaged(ctx, client, policies, id, int32(devices), func(w *v1alpha1.WorkloadRollout) {
+	w, err := waitStaged(ctx, wl, policies, id, func(w *v1alpha1.WorkloadRollout) {
 		if w.CurrentWave == current {
 			return
 		}
@@ -195,13 +193,95 @@ func Staged(ctx context.Context, cfg *rest.Config, devices int) (StagedResult, e
 	return res, nil
 }
 
-// waitStaged waits until the policy reports the DaemonSet's current
-// template complete and every device runs it, available; progress sees
-// each status on the way.
-func waitStaged(ctx context.Context, c kubernetes.Interface, policies dynamic.ResourceInterface, id string, devices int32, progress func(*v1alpha1.WorkloadRollout)) (*v1alpha1.WorkloadRollout, error) {
+// stagedWorkload is the DaemonSet or Deployment the benchmark rolls out.
+type stagedWorkload struct {
+	c       kubernetes.Interface
+	kind    string
+	id      string
+	devices int32
+}
+
+func workloadFor(c kubernetes.Interface, kind, id string, devices int32) *stagedWorkload {
+	return &stagedWorkload{c: c, kind: kind, id: id, devices: devices}
+}
+
+func (w *stagedWorkload) create(ctx context.Context) error {
+	labels := map[string]string{"app": w.id}
+	tmpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+		NodeSelector: map[string]string{"bench": w.id},
+		Containers:   []corev1.Container{{Name: "app", Image: image(1)}},
+	}}
+	meta := metav1.ObjectMeta{Name: w.id, Namespace: api.NamespaceDefault, Labels: labels}
+	quarter := ptr.To(intstr.FromString("25%"))
+	var err error
+	if w.kind == "Deployment" {
+		_, err = w.c.AppsV1().Deployments(api.NamespaceDefault).Create(ctx, &appsv1.Deployment{ObjectMeta: meta, Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(w.devices), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl,
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: quarter, MaxUnavailable: quarter}},
+		}}, metav1.CreateOptions{})
+	} else {
+		_, err = w.c.AppsV1().DaemonSets(api.NamespaceDefault).Create(ctx, &appsv1.DaemonSet{ObjectMeta: meta, Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl,
+			UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: quarter}},
+		}}, metav1.CreateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("create %s %s: %w", strings.ToLower(w.kind), w.id, err)
+	}
+	return nil
+}
+
+func (w *stagedWorkload) setImage(ctx context.Context, img string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if w.kind == "Deployment" {
+			cur, err := w.c.AppsV1().Deployments(api.NamespaceDefault).Get(ctx, w.id, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cur.Spec.Template.Spec.Containers[0].Image = img
+			_, err = w.c.AppsV1().Deployments(api.NamespaceDefault).Update(ctx, cur, metav1.UpdateOptions{})
+			return err
+		}
+		cur, err := w.c.AppsV1().DaemonSets(api.NamespaceDefault).Get(ctx, w.id, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Spec.Template.Spec.Containers[0].Image = img
+		_, err = w.c.AppsV1().DaemonSets(api.NamespaceDefault).Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// state is the workload's generation and whether every pod runs its
+// template, available.
+func (w *stagedWorkload) state(ctx context.Context) (int64, bool, error) {
+	if w.kind == "Deployment" {
+		d, err := w.c.AppsV1().Deployments(api.NamespaceDefault).Get(ctx, w.id, metav1.GetOptions{})
+		if err != nil {
+			return 0, false, err
+		}
+		st := d.Status
+		return d.Generation, st.ObservedGeneration >= d.Generation && st.Replicas == w.devices &&
+			st.UpdatedReplicas == w.devices && st.AvailableReplicas == w.devices, nil
+	}
+	ds, err := w.c.AppsV1().DaemonSets(api.NamespaceDefault).Get(ctx, w.id, metav1.GetOptions{})
+	if err != nil {
+		return 0, false, err
+	}
+	st := ds.Status
+	return ds.Generation, st.ObservedGeneration >= ds.Generation && st.DesiredNumberScheduled == w.devices &&
+		st.UpdatedNumberScheduled == w.devices && st.NumberAvailable == w.devices, nil
+}
+
+// waitStaged waits until the policy reports the workload's current
+// template complete and every pod runs it, available; progress sees each
+// status on the way.
+func waitStaged(ctx context.Context, wl *stagedWorkload, policies dynamic.ResourceInterface, id string, progress func(*v1alpha1.WorkloadRollout)) (*v1alpha1.WorkloadRollout, error) {
 	var last *v1alpha1.WorkloadRollout
 	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 15*time.Minute, true, func(ctx context.Context) (bool, error) {
-		ds, err := c.AppsV1().DaemonSets(api.NamespaceDefault).Get(ctx, id, metav1.GetOptions{})
+		generation, settled, err := wl.state(ctx)
 		if err != nil {
 			return false, err
 		}
@@ -218,11 +298,11 @@ func waitStaged(ctx context.Context, c kubernetes.Interface, policies dynamic.Re
 		}
 		var w *v1alpha1.WorkloadRollout
 		for i := range rp.Status.Workloads {
-			if rp.Status.Workloads[i].Name == id {
+			if rp.Status.Workloads[i].Name == id && rp.Status.Workloads[i].Kind == wl.kind {
 				w = &rp.Status.Workloads[i]
 			}
 		}
-		if w == nil || w.ObservedGeneration < ds.Generation {
+		if w == nil || w.ObservedGeneration < generation {
 			return false, nil
 		}
 		last = w
@@ -236,9 +316,7 @@ func waitStaged(ctx context.Context, c kubernetes.Interface, policies dynamic.Re
 		default:
 			return false, nil
 		}
-		st := ds.Status
-		return st.ObservedGeneration >= ds.Generation && st.DesiredNumberScheduled == devices &&
-			st.UpdatedNumberScheduled == devices && st.NumberAvailable == devices, nil
+		return settled, nil
 	})
 	return last, err
 }

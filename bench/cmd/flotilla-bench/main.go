@@ -95,6 +95,13 @@ func main() {
 					fmt.Println(l)
 				}
 			}
+			r, err = rollout.StagedDeployment(ctx, hub.cfg, 1000)
+			report("staged Deployment, 1000 replicas", err)
+			if err == nil {
+				for _, l := range r.Lines() {
+					fmt.Println(l)
+				}
+			}
 		}
 		if want("gitops") {
 			r, err := gitopsbench.Run(ctx, hub.cfg, gitopsbench.Options{})
