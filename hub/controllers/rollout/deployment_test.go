@@ -351,8 +351,8 @@ func TestDeploymentNewTemplateDuringAHeldRolloutStartsANewOne(t *testing.T) {
 }
 
 // Devices the Deployment's nodeSelector leaves out join while the rollout
-// is under way; each Node's arrival re-syncs the policy. The percent wave
-// keeps the devices it had before.
+// is under way, each Node's arrival re-syncing the policy, and the
+// controllers restart. The percent wave keeps the devices it had before.
 func TestDeploymentPercentWaveKeepsItsDevicesWhenUnrelatedDevicesJoin(t *testing.T) {
 	e := start(t, 10, 2)
 	e.nodeSelector = map[string]string{"fleet": "kiosk"}
@@ -365,6 +365,8 @@ func TestDeploymentPercentWaveKeepsItsDevicesWhenUnrelatedDevicesJoin(t *testing
 	}
 	v2 := e.watchBindings(e.setDeploymentImage(image("v2")))
 	others := e.join("other", 12)
+	// The loops start over mid-rollout, from nothing but the API's state.
+	e.restart()
 	e.waitDeploymentPhase("v2 complete", image("v2"), v1alpha1.RolloutComplete)
 	e.waitReplicas("every replica on v2", image("v2"), 10)
 	first := v2.nodes()

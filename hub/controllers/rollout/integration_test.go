@@ -49,6 +49,8 @@ type env struct {
 	// nodeSelector is the workloads' template's (none by default); every
 	// device start runs is labelled fleet=kiosk.
 	nodeSelector map[string]string
+	// restarts asks the hub to stop its controllers and start them anew.
+	restarts chan chan struct{}
 }
 
 // start runs a hub and n devices; the first canaries are labelled
@@ -64,8 +66,9 @@ func startCanaries(t *testing.T, n int, isCanary func(i int) bool) *env {
 	if testing.Short() {
 		t.Skip("runs a hub with simulated devices")
 	}
+	restarts := make(chan chan struct{})
 	h := hubtest.Start(t, hubtest.Options{Loops: []hub.Loop{{Name: "controllers",
-		Run: func(ctx context.Context, cfg *rest.Config) error { return manager.Run(ctx, cfg, manager.Options{}) }}}})
+		Run: func(ctx context.Context, cfg *rest.Config) error { return runRestartable(ctx, cfg, restarts) }}}})
 	devs := simdevice.Named("shop", n, func(i int, c *simdevice.Config) {
 		c.ReadyDelay = 50 * time.Millisecond
 		c.Labels = map[string]string{"fleet": "kiosk"}
@@ -90,7 +93,46 @@ func startCanaries(t *testing.T, n int, isCanary func(i int) bool) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, c: h.Client, dyn: dyn, fleet: fleet}
+	return &env{t: t, c: h.Client, dyn: dyn, fleet: fleet, restarts: restarts}
+}
+
+// runRestartable runs the controller manager until ctx ends, stopping it
+// and starting a new one (with empty caches and queues) on each request;
+// the request's channel is closed once the new one runs.
+func runRestartable(ctx context.Context, cfg *rest.Config, restarts chan chan struct{}) error {
+	var started chan struct{}
+	for {
+		lctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- manager.Run(lctx, cfg, manager.Options{}) }()
+		if started != nil {
+			close(started)
+		}
+		select {
+		case <-ctx.Done():
+			cancel()
+			<-done
+			return nil
+		case started = <-restarts:
+			cancel()
+			<-done
+		case err := <-done:
+			cancel()
+			return err
+		}
+	}
+}
+
+// restart stops the hub's controllers and starts them anew.
+func (e *env) restart() {
+	e.t.Helper()
+	started := make(chan struct{})
+	select {
+	case e.restarts <- started:
+	case <-time.After(30 * time.Second):
+		e.t.Fatal("the controllers did not take the restart request")
+	}
+	<-started
 }
 
 // join starts n more devices named prefix-N with no labels, until the
@@ -518,8 +560,9 @@ func TestNewTemplateDuringAHeldRolloutStartsANewOne(t *testing.T) {
 }
 
 // Devices the DaemonSet does not run on (its nodeSelector leaves them
-// out) join while the rollout is under way; each Node's arrival re-syncs
-// the policy. The percent wave keeps the devices it had before.
+// out) join while the rollout is under way, each Node's arrival
+// re-syncing the policy, and the controllers restart. The percent wave
+// keeps the devices it had before.
 func TestPercentWaveKeepsItsDevicesWhenUnrelatedDevicesJoin(t *testing.T) {
 	e := start(t, 10, 2)
 	e.nodeSelector = map[string]string{"fleet": "kiosk"}
@@ -531,6 +574,8 @@ func TestPercentWaveKeepsItsDevicesWhenUnrelatedDevicesJoin(t *testing.T) {
 	}
 	v2 := e.watchFirst(e.setImage(image("v2")))
 	others := e.join("other", 12)
+	// The loops start over mid-rollout, from nothing but the API's state.
+	e.restart()
 	st := e.waitPhase("v2 complete", image("v2"), v1alpha1.RolloutComplete)
 	e.waitPods("every kiosk device on v2", image("v2"), e.nodes())
 	first := v2.nodes()
