@@ -20,5 +20,7 @@
 // are not on devices keeping the previous revision, the pods of a revision
 // their device should not run get a low pod-deletion-cost before any
 // ReplicaSet is scaled down, and a rolled-back wave is the same arithmetic
-// the other way.
+// the other way. While it waits for its policy (a held wave, or one whose
+// replicas all stand where the plan puts them), its progress deadline is
+// paused as a paused Deployment's is (WaitingForRolloutWave).
 package deployment

@@ -4,6 +4,8 @@
 // time as each meets the success criteria, and on a failed wave holds the
 // rollout (Pause) or sends the wave's devices back (Rollback) — in the
 // policy's status, never in the DaemonSet, whose spec stays as Git says.
+// A failed wave is judged again when the workload's retry annotation
+// (flotctl rollout retry) carries a value the status has not answered.
 //
 // The DaemonSet loop reads that status through Gate: a device in an
 // admitted wave gets the new template, any other keeps (or is given) the
