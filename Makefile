@@ -79,7 +79,7 @@ bench: deps build
 	FLOTILLA_BIN=$(CURDIR)/$(BIN) $(GO) run ./bench/cmd/flotilla-bench
 
 # The hub dead for 10 minutes under continuous traffic through a Service:
-# no failed request, no container restarted (make test runs 45 s of it).
+# no failed request, no container restarted (make test runs 60 s of it).
 SOAK_OUTAGE ?= 10m
 soak: deps build
 	FLOTILLA_BIN=$(CURDIR)/$(BIN) FLOTILLA_OUTAGE=$(SOAK_OUTAGE) $(GO) test -count=1 -timeout 60m -run TestHubOutageUnderTraffic -v ./test/e2e/
