@@ -181,6 +181,28 @@ func (d *testDevice) pods() map[string]bool {
 	return out
 }
 
+// runningContainers maps each pod (by name) to the ID of a container of it
+// that runs in containerd, what its status on the hub must name.
+func (d *testDevice) runningContainers() map[string]string {
+	d.t.Helper()
+	client, _ := testimage.Containerd(d.t)
+	rt, err := runtime.New(runtime.Config{Client: client, Namespace: d.ns, RunDir: d.cfg.RunDir, LogDir: d.cfg.LogDir, LoggerPath: d.cfg.LoggerPath})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	cs, err := rt.ListContainers(context.Background(), runtime.ListFilter{})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, c := range cs {
+		if c.Status.State == runtime.StateRunning {
+			out[c.Pod.Name] = c.ID
+		}
+	}
+	return out
+}
+
 // writeStaticPod drops a host-network pod that sleeps into the device's
 // manifests dir.
 func (d *testDevice) writeStaticPod(name string) string {
