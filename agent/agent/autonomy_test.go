@@ -255,8 +255,9 @@ func endpointSlicesOnly() hubtest.Options {
 }
 
 // TestRebootWithoutHub cuts the power of a device whose hub is away: when
-// it comes back, its cached and static pods run again and its Service
-// answers, all from what the device kept on disk.
+// it comes back, its cached and static pods run again, its Service
+// answers and the cluster DNS names it, all from what the device kept on
+// disk; when the hub is back, the restart the power cut caused is counted.
 func TestRebootWithoutHub(t *testing.T) {
 	d := newTestDevice(t, endpointSlicesOnly())
 	d.start()
@@ -284,9 +285,35 @@ func TestRebootWithoutHub(t *testing.T) {
 		return fmt.Sprintf("device: %+v %v\n%s\n%s", rep, err, nat, addrs)
 	})
 	waitFor(t, "the static pod running after the reboot", 60*time.Second, func() bool { return d.pods()["default/edge-"+d.name] })
+	// The DNS server listens on the pod bridge's address (the pod CIDR's
+	// first host), as pods reach it.
+	dnsName := "web.default.svc.cluster.local."
+	waitFor(t, "the cluster DNS answering for the Service after the reboot, without the hub", 30*time.Second,
+		func() bool { return d.resolve("10.88.12.1:53", dnsName) == svc.Spec.ClusterIP },
+		func() string {
+			return fmt.Sprintf("%s answers %q, want %s", dnsName, d.resolve("10.88.12.1:53", dnsName), svc.Spec.ClusterIP)
+		})
+
+	// The hub back: the power cut killed web's container once, and its
+	// restart count says so (it survives the reboot, not reset to 0).
+	d.hub = d.hub.Restart()
+	webStatus := func() string {
+		p, err := d.hub.Client.CoreV1().Pods("default").Get(bg, "web", metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("%+v", p.Status.ContainerStatuses)
+	}
+	waitFor(t, "the hub to see web Ready with 1 restart", 120*time.Second, func() bool {
+		p, err := d.hub.Client.CoreV1().Pods("default").Get(bg, "web", metav1.GetOptions{})
+		if err != nil || len(p.Status.ContainerStatuses) != 1 {
+			return false
+		}
+		cs := p.Status.ContainerStatuses[0]
+		return cs.Ready && cs.State.Running != nil && cs.RestartCount == 1
+	}, webStatus)
 
 	// Leave nothing behind.
-	d.hub = d.hub.Restart()
 	if err := os.Remove(filepath.Join(d.cfg.ManifestsDir, "edge.yaml")); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	mdns "github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -303,6 +304,25 @@ func (d *testDevice) get(url string) (string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return string(b), err
+}
+
+// resolve asks the cluster DNS server at server (host:port) for name's A
+// record from inside the device's network namespace; "" when it gives
+// no single answer.
+func (d *testDevice) resolve(server, name string) string {
+	var got string
+	podns.Do(d.hostNS, func() error {
+		m := new(mdns.Msg)
+		m.SetQuestion(name, mdns.TypeA)
+		r, _, err := (&mdns.Client{Timeout: time.Second}).Exchange(m, server)
+		if err == nil && len(r.Answer) == 1 {
+			if a, ok := r.Answer[0].(*mdns.A); ok {
+				got = a.A.String()
+			}
+		}
+		return nil
+	})
+	return got
 }
 
 // sleeper creates a pod bound to the device that runs image and sleeps,
