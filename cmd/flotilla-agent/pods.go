@@ -51,21 +51,7 @@ read from DATA_DIR/state.db, the static manifests and containerd, and says so.`,
 			if err != nil {
 				return err
 			}
-			if out == "json" {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
-			}
-			if !rep.Live {
-				fmt.Fprintf(cmd.OutOrStdout(), "(no agent is running: read from %s, %s and containerd)\n", filepath.Join(pc.DataDir, "state.db"), pc.ManifestsDir)
-			}
-			if err := printPods(cmd.OutOrStdout(), rep.Pods, rep.Live); err != nil {
-				return err
-			}
-			for _, p := range rep.Problems {
-				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", p)
-			}
-			return nil
+			return writeReport(cmd.OutOrStdout(), cmd.ErrOrStderr(), rep, out, pc)
 		},
 	}
 	addDeviceFlags(cmd.Flags())
@@ -73,6 +59,27 @@ read from DATA_DIR/state.db, the static manifests and containerd, and says so.`,
 	cmd.Flags().String("node-name", defaultNodeName(), "name of this device's Node (static pods are named <name>-<node>)")
 	cmd.Flags().StringP("output", "o", "table", "table or json")
 	return cmd
+}
+
+// writeReport prints rep as format says: json (the report as it is, for
+// scripts) or a table, headed by where the list was read from when no
+// agent answered, with what could not be read on errw.
+func writeReport(w, errw io.Writer, rep agent.DeviceReport, format string, pc agent.DeviceView) error {
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	if !rep.Live {
+		fmt.Fprintf(w, "(no agent is running: read from %s, %s and containerd)\n", filepath.Join(pc.DataDir, "state.db"), pc.ManifestsDir)
+	}
+	if err := printPods(w, rep.Pods, rep.Live); err != nil {
+		return err
+	}
+	for _, p := range rep.Problems {
+		fmt.Fprintln(errw, "warning:", p)
+	}
+	return nil
 }
 
 func printPods(w io.Writer, pods []kubelet.LocalPod, live bool) error {
