@@ -46,8 +46,15 @@ func TestProcStatus(t *testing.T) {
 	if st["VmRSS"] <= 0 || st["VmHWM"] < st["VmRSS"] || st["RssAnon"] <= 0 {
 		t.Errorf("status of this process: %v", st)
 	}
-	if err := checkAgentPID(os.Getpid()); err == nil {
+	if err := checkExe(os.Getpid(), "flotilla-agent"); err == nil {
 		t.Error("this test binary passed for flotilla-agent")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkExe(os.Getpid(), filepath.Base(self)); err != nil {
+		t.Errorf("this test binary as itself: %v", err)
 	}
 }
 

@@ -21,4 +21,16 @@
 // process, containerd namespaces (containers, snapshots, images, cgroups),
 // the network namespace, the registry and the temporary directories.
 // Needs root, containerd, runc, the CNI plugins and docker-registry.
+//
+// RunKubelet measures the upstream kubelet (bench/kubebuild builds it) the
+// same way, beside the agent: standalone, with static pods of the same
+// test image from a directory, on containerd's CRI plugin. Its images go
+// into the plugin's k8s.io namespace, with a pause image built here (from
+// ./pause) under the sandbox image's name the plugin's config gives. What
+// it creates is removed before it returns too: the pods (their manifests,
+// then their sandboxes through the CRI API), the images it added, the
+// kubelet's dirs and mounts, and what the kubelet changes on the host:
+// the KUBE-* iptables chains that were not there before, the kernel
+// settings it sets at start, /var/lib/kubelet (its device plugin socket)
+// and /var/log/containers when they did not exist.
 package agentbench

@@ -73,15 +73,15 @@ func referenced(pid int) (anon, file int64, err error) {
 	return anon, file, sc.Err()
 }
 
-// checkAgentPID makes sure pid is flotilla-agent itself (nsenter execs
-// it in place), not a wrapper or a shim.
-func checkAgentPID(pid int) error {
+// checkExe makes sure pid runs the binary named name itself (nsenter
+// execs the agent in place), not a wrapper or a shim.
+func checkExe(pid int, name string) error {
 	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 	if err != nil {
 		return err
 	}
-	if !strings.HasSuffix(exe, "/flotilla-agent") {
-		return fmt.Errorf("process %d is %s, not flotilla-agent", pid, exe)
+	if !strings.HasSuffix(exe, "/"+name) {
+		return fmt.Errorf("process %d is %s, not %s", pid, exe, name)
 	}
 	return nil
 }
@@ -90,13 +90,34 @@ func checkAgentPID(pid int) error {
 // reads its Go metrics.
 func (b *bench) measureMemory(ctx context.Context, n int, interval time.Duration, pods int) (Memory, error) {
 	pid := b.agent.pid()
-	if err := checkAgentPID(pid); err != nil {
+	if err := checkExe(pid, "flotilla-agent"); err != nil {
 		return Memory{}, err
 	}
+	m, err := sampleMemory(ctx, pid, n, interval)
+	if err != nil {
+		return m, fmt.Errorf("the agent's memory: %w", err)
+	}
+	m.Pods = pods
+	metrics, err := b.agentMetrics(ctx)
+	if err != nil {
+		return m, fmt.Errorf("the agent's /metrics: %w", err)
+	}
+	m.HeapInuse = int64(metrics["go_memstats_heap_inuse_bytes"])
+	m.HeapRetained = int64(metrics["go_memstats_heap_idle_bytes"] - metrics["go_memstats_heap_released_bytes"])
+	m.StackInuse = int64(metrics["go_memstats_stack_inuse_bytes"])
+	m.GoSys = int64(metrics["go_memstats_sys_bytes"])
+	m.Goroutines = int(metrics["go_goroutines"])
+	return m, nil
+}
+
+// sampleMemory samples a process's VmRSS every interval, n times, and
+// says what it touched and how much CPU it used meanwhile: what the
+// agent's and the upstream kubelet's figures share.
+func sampleMemory(ctx context.Context, pid, n int, interval time.Duration) (Memory, error) {
 	// Clearing the referenced bits changes nothing resident; smaps tells
 	// afterwards which pages were used again.
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("1"), 0); err != nil {
-		return Memory{}, fmt.Errorf("clearing the agent's referenced bits: %w", err)
+		return Memory{}, fmt.Errorf("clearing the referenced bits: %w", err)
 	}
 	var (
 		rss  []int64
@@ -106,7 +127,7 @@ func (b *bench) measureMemory(ctx context.Context, n int, interval time.Duration
 	start := time.Now()
 	ticks0, err := procstat.CPUTicks(pid)
 	if err != nil {
-		return Memory{}, fmt.Errorf("reading the agent's CPU time: %w", err)
+		return Memory{}, fmt.Errorf("reading the CPU time: %w", err)
 	}
 	for i := 0; i < n; i++ {
 		if i > 0 {
@@ -117,29 +138,20 @@ func (b *bench) measureMemory(ctx context.Context, n int, interval time.Duration
 			}
 		}
 		if last, err = procstat.Status(pid); err != nil {
-			return Memory{}, fmt.Errorf("reading the agent's memory: %w", err)
+			return Memory{}, fmt.Errorf("reading the memory: %w", err)
 		}
 		rss = append(rss, last["VmRSS"])
 	}
 	ticks1, err := procstat.CPUTicks(pid)
 	if err != nil {
-		return Memory{}, fmt.Errorf("reading the agent's CPU time: %w", err)
+		return Memory{}, fmt.Errorf("reading the CPU time: %w", err)
 	}
 	cpu := float64(ticks1-ticks0) / 100 / time.Since(start).Seconds()
 	sort.Slice(rss, func(i, j int) bool { return rss[i] < rss[j] })
-	m := Memory{CPU: cpu, RSS: rss[len(rss)/2], Peak: last["VmHWM"], Anon: last["RssAnon"], File: last["RssFile"] + last["RssShmem"], Pods: pods}
+	m := Memory{CPU: cpu, RSS: rss[len(rss)/2], Peak: last["VmHWM"], Anon: last["RssAnon"], File: last["RssFile"] + last["RssShmem"]}
 	if m.WorkingSetAnon, m.WorkingSetFile, err = referenced(pid); err != nil {
-		return m, fmt.Errorf("reading the agent's working set: %w", err)
+		return m, fmt.Errorf("reading the working set: %w", err)
 	}
-	metrics, err := b.agentMetrics(ctx)
-	if err != nil {
-		return m, fmt.Errorf("the agent's /metrics: %w", err)
-	}
-	m.HeapInuse = int64(metrics["go_memstats_heap_inuse_bytes"])
-	m.HeapRetained = int64(metrics["go_memstats_heap_idle_bytes"] - metrics["go_memstats_heap_released_bytes"])
-	m.StackInuse = int64(metrics["go_memstats_stack_inuse_bytes"])
-	m.GoSys = int64(metrics["go_memstats_sys_bytes"])
-	m.Goroutines = int(metrics["go_goroutines"])
 	return m, nil
 }
 

@@ -6,6 +6,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -25,13 +26,15 @@ import (
 	"flotilla.dev/flotilla/bench/fleetsim"
 	gitopsbench "flotilla.dev/flotilla/bench/gitops"
 	"flotilla.dev/flotilla/bench/hubapi"
+	"flotilla.dev/flotilla/bench/kubebuild"
 	proxybench "flotilla.dev/flotilla/bench/proxy"
 	"flotilla.dev/flotilla/bench/rollout"
 	schedulerbench "flotilla.dev/flotilla/bench/scheduler"
 )
 
 func main() {
-	only := flag.String("only", "", "comma-separated figures to run (api,apply,exec,fanout,fleet,rollout,gitops,scheduler,proxy,etcd,binary,trust,agent,metrics,autonomy); empty runs all")
+	only := flag.String("only", "", "comma-separated figures to run (api,apply,exec,fanout,fleet,rollout,gitops,scheduler,proxy,etcd,binary,trust,agent,kubelet,metrics,autonomy; agent includes kubelet); empty runs all")
+	kubeletVersion := flag.String("kubelet-version", "", "the upstream kubelet release measured beside the agent (v1.N.P); empty: the one of the client-go in go.mod")
 	fleetSizes := flag.String("fleet-sizes", "1000", "comma-separated fleet sizes the fleet figure simulates (1000,5000,10000 for the issue's table)")
 	flag.Parse()
 	// The autonomy figure alone keeps a device away from its hub for 10
@@ -209,6 +212,9 @@ func main() {
 			fmt.Println(l)
 		}
 	}
+	// The upstream kubelet's figures are printed beside the agent's with
+	// trust on (the targets' figure) from the same run.
+	var agentFigures agentbench.Results
 	if want("agent") {
 		// With image trust on (the figure the targets are for), then off:
 		// what verification costs the agent.
@@ -219,11 +225,18 @@ func main() {
 				for _, l := range r.Lines() {
 					fmt.Println(l)
 				}
+				if trust {
+					agentFigures = r
+				}
 			}
 		}
 	}
-	if want("agent") {
-		fmt.Printf("%-44s %s\n", "upstream kubelet, idle and with 20 pods", upstreamKubelet(ctx))
+	if want("agent") || want("kubelet") {
+		lines, err := upstreamKubelet(ctx, *kubeletVersion, agentFigures)
+		report("upstream kubelet", err)
+		for _, l := range lines {
+			fmt.Println(l)
+		}
 	}
 	if want("metrics") {
 		// What the usage figures cost the agent: the same device with
@@ -252,23 +265,36 @@ func main() {
 	}
 }
 
-// upstreamKubelet says why the kubelet of the Kubernetes release that
-// matches client-go is not measured beside the agent: this machine has no
-// network but the Go module proxy, and a kubelet cannot be built from
-// there with go install (k8s.io/kubernetes replaces its staging modules),
-// so it could only come from the module cache, built by hand.
-func upstreamKubelet(ctx context.Context) string {
-	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Version}}", "k8s.io/client-go").Output()
+// upstreamKubelet builds the upstream kubelet of version (by default the
+// release of the client-go in go.mod) through the Go module proxy, cached
+// across runs, and measures it standalone beside the agent's figures.
+// What this machine cannot give it (the module proxy, root, containerd's
+// CRI plugin) makes a "not measured" line that says why, not an error.
+func upstreamKubelet(ctx context.Context, version string, agent agentbench.Results) ([]string, error) {
+	if version == "" {
+		out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Version}}", "k8s.io/client-go").Output()
+		if err != nil {
+			return []string{fmt.Sprintf("%-44s not measured: the client-go version is unknown (%v); name a release with -kubelet-version", "upstream kubelet", err)}, nil
+		}
+		version = "v1." + strings.TrimPrefix(strings.TrimSpace(string(out)), "v0.")
+	}
+	name := "upstream kubelet " + version
+	notMeasured := func(err error) []string {
+		return []string{fmt.Sprintf("%-44s not measured: %v", name, err)}
+	}
+	fmt.Fprintf(os.Stderr, "building %s through the Go module proxy unless cached (several minutes the first time)\n", name)
+	bin, err := kubebuild.Kubelet(ctx, kubebuild.Options{Version: version})
 	if err != nil {
-		return "not measured: the client-go version is unknown (" + err.Error() + ")"
+		return notMeasured(err), nil
 	}
-	v := "v1." + strings.TrimPrefix(strings.TrimSpace(string(out)), "v0.")
-	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", "k8s.io/kubernetes@"+v)
-	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=mod")
-	if err := cmd.Run(); err != nil {
-		return fmt.Sprintf("not measured: k8s.io/kubernetes %s is not in the module cache, and this bench builds nothing that needs the network", v)
+	r, err := agentbench.RunKubelet(ctx, agentbench.KubeletOptions{Binary: bin, Version: version})
+	if errors.Is(err, agentbench.ErrNoCRI) || errors.Is(err, agentbench.ErrNotRoot) {
+		return notMeasured(err), nil
 	}
-	return fmt.Sprintf("not measured: k8s.io/kubernetes %s is in the module cache, but its kubelet builds only with a replace for each staging module, which this bench does not do", v)
+	if err != nil {
+		return nil, err
+	}
+	return r.Lines(agent), nil
 }
 
 // execRoundTrip runs test/e2e's BenchmarkExecRoundTrip (root, containerd,
