@@ -495,6 +495,9 @@ func TestDeploymentRetryRollsTheWaveOutAgain(t *testing.T) {
 	rb := e.waitDeploymentPhase("the bad revision rolled back", image("bad"), v1alpha1.RolloutRolledBack)
 	e.waitReplicas("every replica on v1 again", image("v1"), 4)
 	bad := e.watchBindings(rb.Revision)
+	// Start times are kept to the second: retrying within the second of
+	// the failure would restart the wave at the same recorded time.
+	time.Sleep(1100 * time.Millisecond)
 	e.retry("deployment", "again")
 	e.wait("the retry answered", func(ctx context.Context) (bool, error) {
 		rp, err := e.getPolicy(ctx)
