@@ -258,6 +258,9 @@ func (k *Kubelet) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev
 		WorkingDir: c.WorkingDir,
 		Sandbox:    sb,
 		Labels:     map[string]string{labelSpecImage: c.Image},
+		Stdin:      c.Stdin,
+		StdinOnce:  c.StdinOnce,
+		TTY:        c.TTY,
 	}
 	for _, vm := range c.VolumeMounts {
 		vol, ok := vols[vm.Name]

@@ -61,7 +61,9 @@ type Container struct {
 	StopSignal string
 	CreatedAt  time.Time
 	Labels     map[string]string
-	Status     Status
+	// Stdin, StdinOnce and TTY are how the process was started.
+	Stdin, StdinOnce, TTY bool
+	Status                Status
 }
 
 // ContainerID is the deterministic containerd ID of a pod's container
@@ -150,6 +152,11 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg ContainerConfig) (*Co
 	} {
 		labels[k] = v
 	}
+	for k, on := range map[string]bool{labelStdin: cfg.Stdin, labelStdinOnce: cfg.Stdin && cfg.StdinOnce, labelTTY: cfg.TTY} {
+		if on {
+			labels[k] = "true"
+		}
+	}
 	opts := append([]oci.SpecOpts{withImageConfig(imgSpec.Config)}, specOpts(cfg, "/"+r.cfg.Namespace+"/"+id)...)
 	c, err := r.client.NewContainer(ctx, id,
 		containerd.WithImage(img),
@@ -189,6 +196,9 @@ func fromInfo(info containers.Container) *Container {
 		StopSignal: l[labelStopSignal],
 		CreatedAt:  info.CreatedAt,
 		Labels:     l,
+		Stdin:      l[labelStdin] == "true",
+		StdinOnce:  l[labelStdinOnce] == "true",
+		TTY:        l[labelTTY] == "true",
 	}
 }
 
@@ -222,6 +232,9 @@ func (r *Runtime) StartContainer(ctx context.Context, id string) error {
 	logPath := info.Labels[labelLogPath]
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
 		return fmt.Errorf("start container %s: %w", id, err)
+	}
+	if interactive(info.Labels) {
+		return r.startInteractive(ctx, c, info)
 	}
 	args := map[string]string{logdriver.ArgPath: logPath}
 	if r.cfg.LogMaxSize > 0 {
@@ -306,6 +319,7 @@ func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
 			return fmt.Errorf("remove container %s: delete task: %w", id, err)
 		}
 	}
+	r.closeIO(id)
 	if err := c.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("remove container %s: %w", id, err)
 	}
@@ -406,6 +420,12 @@ func (r *Runtime) status(ctx context.Context, c containerd.Container, info conta
 			case containerd.Created:
 				return Status{State: StateCreated}, nil
 			default:
+				if interactive(info.Labels) {
+					// After an agent restart: take the output over again.
+					if _, err := r.reattach(ctx, c, info); err != nil {
+						slog.Warn("reattach to container IO", "container", c.ID(), "err", err)
+					}
+				}
 				return Status{State: StateRunning, Pid: task.Pid(), StartedAt: parseTime(info.Labels[labelStartedAt])}, nil
 			}
 		}
@@ -473,6 +493,7 @@ func (r *Runtime) recordExit(ctx context.Context, c containerd.Container, task c
 		// (RemoveContainer deletes any task).
 		slog.Warn("delete exited task", "container", c.ID(), "err", err)
 	}
+	r.closeIO(c.ID())
 	st, _ := recorded(all)
 	return st, nil
 }

@@ -45,4 +45,18 @@
 // log driver, to LogDir/<namespace>_<pod>_<uid>/<container>/<attempt>.log
 // in the CRI format; the shim owns the logger, so logging does not depend
 // on the agent being up.
+//
+// # Interactive containers
+//
+// containerd's binary log driver gives a process no stdin, so a container
+// started with Stdin or TTY (a pod spec's stdin: true, tty: true) gets
+// FIFOs instead, in RunDir/io/<container-id>: stdin, and stdout and
+// stderr (or the terminal's one output), held by the runtime. Their
+// output is copied to the same log file in the same format and to the
+// sessions Attach joins; stdin stays open between sessions because the
+// shim holds the FIFO's write end too, until a StdinOnce container's
+// first session ends (CloseIO, recorded as a label). A restarted agent
+// reopens the FIFOs of running interactive containers when it first reads
+// their status; meanwhile their output waits in the pipes, so such a
+// container that writes more than a pipe holds waits for the agent.
 package runtime

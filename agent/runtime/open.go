@@ -33,7 +33,7 @@ func Open(cfg Config) (*Runtime, error) {
 	if cfg.Runtime == "" {
 		cfg.Runtime = DefaultRuntime
 	}
-	return &Runtime{client: cfg.Client, cfg: cfg}, nil
+	return &Runtime{client: cfg.Client, cfg: cfg, ios: map[string]*attachIO{}}, nil
 }
 
 // RunDir is the directory holding the sandboxes.

@@ -29,6 +29,11 @@ const (
 	labelFinishedAt = "flotilla.dev/finished-at"
 	labelExitCode   = "flotilla.dev/exit-code"
 	labelOOMKilled  = "flotilla.dev/oom-killed"
+	// How the process was started: "true" when set (see ContainerConfig).
+	labelStdin       = "flotilla.dev/stdin"
+	labelStdinOnce   = "flotilla.dev/stdin-once"
+	labelTTY         = "flotilla.dev/tty"
+	labelStdinClosed = "flotilla.dev/stdin-closed"
 )
 
 // Defaults from Flotilla's contracts.
@@ -85,6 +90,14 @@ type Runtime struct {
 
 	reapMu sync.Mutex // one recorder of a container's exit at a time
 	sbMu   sync.Mutex // sandbox metadata writes
+
+	// ownsIO: this runtime reads interactive containers' output (New's,
+	// not Open's, which only cleans up).
+	ownsIO bool
+	ioMu   sync.Mutex
+	// reattachMu: one reattach at a time, so FIFOs are opened once.
+	reattachMu sync.Mutex
+	ios        map[string]*attachIO // interactive containers' IO, by container ID
 }
 
 // New checks the configuration and returns a Runtime.
@@ -128,7 +141,7 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("runtime: %w", err)
 		}
 	}
-	return &Runtime{client: cfg.Client, cfg: cfg}, nil
+	return &Runtime{client: cfg.Client, cfg: cfg, ios: map[string]*attachIO{}, ownsIO: true}, nil
 }
 
 func findLogger() (string, error) {

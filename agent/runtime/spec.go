@@ -64,6 +64,12 @@ type ContainerConfig struct {
 	Sandbox *Sandbox
 	// Labels are added to the container's labels.
 	Labels map[string]string
+	// Stdin gives the process a stdin that attach sessions write to;
+	// StdinOnce closes it when the first such session ends; TTY gives it
+	// a terminal (the pod spec's stdin, stdinOnce and tty). Such a
+	// container's output goes through the runtime, not the shim's logger
+	// (see the package doc).
+	Stdin, StdinOnce, TTY bool
 }
 
 // Validate reports what would make the container impossible to create.
@@ -116,6 +122,9 @@ func specOpts(c ContainerConfig, cgroupsPath string) []oci.SpecOpts {
 	}
 	if c.WorkingDir != "" {
 		opts = append(opts, oci.WithProcessCwd(c.WorkingDir))
+	}
+	if c.TTY {
+		opts = append(opts, oci.WithTTY)
 	}
 	if c.User != nil {
 		u := *c.User

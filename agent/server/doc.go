@@ -15,10 +15,14 @@
 //     stdout and stderr are taken too) runs the command in the running
 //     container through Streamer.Exec (containerd's task exec, with a
 //     terminal and its resizes when tty is set).
-//   - /attach/<ns>/<pod>/<container> streams the container's output from
-//     then on, read from its log: the runtime gives containers no stdin
-//     (their stdout and stderr go to the log driver), so attach with
-//     stdin is refused (400) and stdout and stderr come together.
+//   - /attach/<ns>/<pod>/<container>?input=1&output=1&error=1&tty=1 joins
+//     the container's main process. One started with stdin or a terminal
+//     (its spec's stdin, stdinOnce, tty; Streamer.AttachMode) is attached
+//     to through Streamer.Attach: its output, its stdin with input=1, its
+//     terminal's resizes. Any other container has no stdin (its stdout
+//     and stderr go to the log driver), so attach streams its log from
+//     then on, stdout and stderr together, and input=1 is refused (400,
+//     "does not have stdin enabled", before the upgrade).
 //   - /portForward/<ns>/<pod> forwards each connection the client opens
 //     to the port on the pod's loopback, dialled inside the pod's network
 //     namespace (Streamer.DialPod) — no socat or nsenter.

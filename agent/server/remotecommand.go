@@ -20,7 +20,8 @@ import (
 	rc "k8s.io/apimachinery/pkg/util/remotecommand"
 )
 
-// Streamer runs what /exec and /portForward ask for on this device.
+// Streamer runs what /exec, /attach and /portForward ask for on this
+// device.
 type Streamer interface {
 	// Exec runs cmd in the named running container with the streams and
 	// returns its exit code; an error means it could not be run (a
@@ -29,7 +30,20 @@ type Streamer interface {
 	// DialPod connects to port on the pod's loopback, inside its network
 	// namespace (ErrNotFound when the pod has no sandbox here).
 	DialPod(ctx context.Context, namespace, pod string, port uint16) (net.Conn, error)
+	// AttachMode says how the named running container's process was
+	// started (ErrNotFound when it is not running here).
+	AttachMode(ctx context.Context, ref ContainerRef) (AttachMode, error)
+	// Attach joins the main process of a container started with stdin or
+	// a terminal: its output from now on and, with s.Stdin, its stdin,
+	// until the process's output ends, ctx ends, or s.Stdin ends (which
+	// closes the process's stdin if it was started with stdinOnce and no
+	// terminal, and otherwise ends only the session).
+	Attach(ctx context.Context, ref ContainerRef, s Streams) error
 }
+
+// AttachMode is a container's stdin, stdinOnce and tty, as its pod spec
+// set them when it started.
+type AttachMode struct{ Stdin, StdinOnce, TTY bool }
 
 // ContainerRef names a pod's container.
 type ContainerRef struct{ Namespace, Pod, Container string }

@@ -44,22 +44,56 @@ func (s *Server) serveExec(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("exec ended", "container", ref.String(), "command", o.command, "tty", o.tty, "exitCode", code, "err", err, "took", time.Since(start).Round(time.Millisecond))
 }
 
-// serveAttach streams a container's output from now on:
-// /attach/<ns>/<pod>/<container>. The runtime gives containers no stdin
-// (their output goes to the log driver), so attach follows the current
-// attempt's log, stdout and stderr together, until the container stops
-// or the client leaves; asking for stdin is refused before the upgrade.
+// serveAttach joins a container's main process:
+// /attach/<ns>/<pod>/<container>. A container started with stdin or a
+// terminal (stdin: true or tty: true in its spec) is attached to as the
+// kubelet does, its output and, with input=1, its stdin (see
+// Streamer.Attach). Any other container has no stdin (its output goes
+// straight to the log driver), so attach follows the current attempt's
+// log, stdout and stderr together, until the container stops or the
+// client leaves; asking it for stdin is refused before the upgrade.
 func (s *Server) serveAttach(w http.ResponseWriter, r *http.Request) {
 	ref := ContainerRef{r.PathValue("namespace"), r.PathValue("pod"), r.PathValue("container")}
+	if err := checkNames(ref.Namespace, ref.Pod, ref.Container); err != nil {
+		writeErr(w, err)
+		return
+	}
 	o, err := parseExecOptions(r.URL.Query(), false)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	if o.stdin {
-		writeErr(w, fmt.Errorf("%w: attach to %s with stdin: containers on this device have no stdin (their output goes to the log); attach without -i for the output, or use kubectl exec -i", ErrBadRequest, ref))
+	mode, err := s.cfg.Streamer.AttachMode(r.Context(), ref)
+	if err != nil {
+		writeErr(w, err)
 		return
 	}
+	if o.stdin && !mode.Stdin {
+		writeErr(w, fmt.Errorf("%w: container %s in pod %s/%s does not have stdin enabled (its spec does not set stdin: true): attach without -i for its output, or use kubectl exec -i", ErrBadRequest, ref.Container, ref.Namespace, ref.Pod))
+		return
+	}
+	if !mode.Stdin && !mode.TTY {
+		s.followAttach(w, r, ref, o)
+		return
+	}
+	sess := s.openSession(w, r, o)
+	if sess == nil {
+		return
+	}
+	defer sess.close()
+	ctx, cancel := sess.context(r.Context())
+	defer cancel()
+	err = s.cfg.Streamer.Attach(ctx, ref, sess.streams)
+	if ctx.Err() != nil {
+		err = nil
+	}
+	sess.report(0, err)
+	s.log.Info("attach ended", "container", ref.String(), "stdin", o.stdin, "tty", o.tty, "err", err)
+}
+
+// followAttach is attach to a container without stdin or a terminal: its
+// log from now on.
+func (s *Server) followAttach(w http.ResponseWriter, r *http.Request, ref ContainerRef, o execOptions) {
 	lref, err := s.finder.find(ref.Namespace, ref.Pod, ref.Container, false)
 	if err != nil {
 		writeErr(w, err)

@@ -62,6 +62,41 @@ func (f *fakeStreamer) Exec(ctx context.Context, ref ContainerRef, cmd []string,
 	return 0, nil
 }
 
+// AttachMode: "shell" has stdin, "term" stdin and a TTY, "gone" is not
+// running, any other container has neither (attach follows its log).
+func (f *fakeStreamer) AttachMode(ctx context.Context, ref ContainerRef) (AttachMode, error) {
+	switch ref.Container {
+	case "gone":
+		return AttachMode{}, fmt.Errorf("%w: container gone is not running in pod %s/%s", ErrNotFound, ref.Namespace, ref.Pod)
+	case "shell":
+		return AttachMode{Stdin: true}, nil
+	case "term":
+		return AttachMode{Stdin: true, TTY: true}, nil
+	}
+	return AttachMode{}, nil
+}
+
+// Attach echoes stdin back as "got LINE"; on a terminal it first
+// reports the first size.
+func (f *fakeStreamer) Attach(ctx context.Context, ref ContainerRef, s Streams) error {
+	if ref.Container == "term" {
+		if !s.TTY || s.Stderr != nil {
+			return fmt.Errorf("a terminal session with tty=%v and stderr %v", s.TTY, s.Stderr)
+		}
+		select {
+		case sz := <-s.Resize:
+			fmt.Fprintf(s.Stdout, "%dx%d\n", sz.Width, sz.Height)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	sc := bufio.NewScanner(s.Stdin)
+	for sc.Scan() {
+		fmt.Fprintf(s.Stdout, "got %s\n", sc.Text())
+	}
+	return nil
+}
+
 func (f *fakeStreamer) DialPod(ctx context.Context, ns, pod string, port uint16) (net.Conn, error) {
 	if port == 9 {
 		return nil, errors.New("connection refused")
@@ -207,13 +242,45 @@ func TestExecRefusals(t *testing.T) {
 		{"/exec/default/web/app?command=ls", "at least 1 of stdin, stdout, stderr"},
 		{"/exec/default/web/app?command=ls&output=maybe", `output="maybe"`},
 		{"/exec/default/Web_/app?command=ls&output=1", "pod"},
-		{"/attach/default/web/app?input=1&output=1", "have no stdin"},
+		{"/attach/default/web/app?input=1&output=1", "container app in pod default/web does not have stdin enabled"},
+		{"/attach/default/web/gone?output=1", "container gone is not running"},
 	} {
 		u, _ := url.Parse(cfg.Host + tc.path)
 		err := spdyExecutor(t, cfg, u).StreamWithContext(context.Background(), remotecommand.StreamOptions{Stdout: io.Discard})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error with %q", tc.path, err, tc.want)
 		}
+	}
+}
+
+// TestAttachWithStdin attaches to containers started with stdin (and a
+// terminal) with client-go's executors over each protocol: stdin reaches
+// the streamer, its output comes back, a terminal gets its size.
+func TestAttachWithStdin(t *testing.T) {
+	cfg := startStreamingServer(t, &fakeStreamer{})
+	for name, mk := range map[string]executorFunc{
+		"spdy":         spdyExecutor,
+		"websocket-v5": wsExecutor(rcconst.StreamProtocolV5Name),
+		"fallback":     fallbackExecutor,
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			u, _ := url.Parse(cfg.Host + "/attach/default/web/shell?input=1&output=1&error=1")
+			var out, errOut bytes.Buffer
+			err := mk(t, cfg, u).StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: strings.NewReader("one\ntwo\n"), Stdout: &out, Stderr: &errOut})
+			if err != nil || out.String() != "got one\ngot two\n" {
+				t.Errorf("attach -i: %q, %v", out.String(), err)
+			}
+			u, _ = url.Parse(cfg.Host + "/attach/default/web/term?input=1&output=1&tty=1")
+			out.Reset()
+			q := make(chan *remotecommand.TerminalSize, 1)
+			q <- &remotecommand.TerminalSize{Width: 100, Height: 30}
+			err = mk(t, cfg, u).StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: strings.NewReader("x\n"), Stdout: &out, Tty: true, TerminalSizeQueue: sizes{q}})
+			if err != nil || out.String() != "100x30\ngot x\n" {
+				t.Errorf("attach -it: %q, %v", out.String(), err)
+			}
+		})
 	}
 }
 

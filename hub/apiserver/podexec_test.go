@@ -47,13 +47,27 @@ func (p podStreams) Exec(_ context.Context, ref agentserver.ContainerRef, cmd []
 	return 0, nil
 }
 
+// AttachMode: every container was started with stdin.
+func (p podStreams) AttachMode(context.Context, agentserver.ContainerRef) (agentserver.AttachMode, error) {
+	return agentserver.AttachMode{Stdin: true}, nil
+}
+
+// Attach answers each line of stdin with "got LINE".
+func (p podStreams) Attach(_ context.Context, _ agentserver.ContainerRef, s agentserver.Streams) error {
+	sc := bufio.NewScanner(s.Stdin)
+	for sc.Scan() {
+		fmt.Fprintf(s.Stdout, "got %s\n", sc.Text())
+	}
+	return nil
+}
+
 func (p podStreams) DialPod(ctx context.Context, _, _ string, _ uint16) (net.Conn, error) {
 	var d net.Dialer
 	return d.DialContext(ctx, "tcp", p.target)
 }
 
 // TestExecAndPortForwardThroughTheHub runs upstream kubectl exec (with
-// and without stdin, an exit code) and port-forward against a hub whose
+// and without stdin, an exit code), attach -i and port-forward against a hub whose
 // device runs a real agent server; checks that a viewer and a device are
 // refused, that sessions are audited, and that a device the hub cannot
 // reach says so at once.
@@ -100,7 +114,7 @@ func TestExecAndPortForwardThroughTheHub(t *testing.T) {
 	mkNode("edge-gone", closedPort, corev1.ConditionTrue)
 	for _, p := range []struct{ name, node string }{{"web", "edge-1"}, {"far", "edge-down"}, {"lost", "edge-gone"}} {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: "default"}, Spec: corev1.PodSpec{NodeName: p.node,
-			Containers: []corev1.Container{{Name: "app", Image: testImage}}}}
+			Containers: []corev1.Container{{Name: "app", Image: testImage, Stdin: true}}}}
 		pod, err := h.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -122,6 +136,9 @@ func TestExecAndPortForwardThroughTheHub(t *testing.T) {
 	}
 	if out, err := run("line one\nline two\n", "exec", "-i", "web", "--", "cat"); err != nil || out != "line one\nline two\n" {
 		t.Errorf("kubectl exec -i: %q, %v", out, err)
+	}
+	if out, err := run("one\ntwo\n", "attach", "-q", "-i", "web"); err != nil || out != "got one\ngot two\n" {
+		t.Errorf("kubectl attach -i: %q, %v", out, err)
 	}
 	out, err := run("", "exec", "web", "--", "fail")
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || !strings.Contains(out, "command terminated with exit code 3") {

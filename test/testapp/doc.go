@@ -30,5 +30,6 @@
 // nothing but this binary: "testapp exit N", "testapp cat FILE",
 // "testapp append FILE TEXT", "testapp echo ARGS...", "testapp sleep D",
 // "testapp get URL" (exit 0 on a 2xx answer), "testapp winsize" (the
-// size of the terminal on stdin, for exec -t).
+// size of the terminal on stdin, for exec -t), "testapp relay" (each
+// line of stdin back as "got LINE" until stdin ends, for attach).
 package main

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -353,6 +354,15 @@ func helper(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "echo":
 		fmt.Fprintln(stdout, strings.Join(args[1:], " "))
+		return 0
+	case "relay":
+		// relay: each line of stdin back as "got LINE" (stdout) as it
+		// comes, for attach; "stdin closed" at its end.
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			fmt.Fprintf(stdout, "got %s\n", sc.Text())
+		}
+		fmt.Fprintln(stdout, "stdin closed")
 		return 0
 	case "winsize":
 		// winsize: the size of the terminal on stdin, once it has one
