@@ -52,7 +52,7 @@ func (f *fleet) execPod(ctx context.Context, name string) *corev1.Pod {
 }
 
 // TestKubectlExecAndPortForward runs upstream kubectl exec (output, an
-// exit code, stdin) and port-forward against the hub, into a container
+// exit code, stdin), attach -i and port-forward against the hub, into a container
 // on a real device: hub to the agent's server, the agent to containerd's
 // task exec and into the pod's network namespace.
 func TestKubectlExecAndPortForward(t *testing.T) {
@@ -85,6 +85,34 @@ func TestKubectlExecAndPortForward(t *testing.T) {
 	}
 	if out, err := run("", "exec", "shell", "--", "/no/such/binary"); err == nil || !strings.Contains(out, "no such file") {
 		t.Errorf("kubectl exec of a missing binary: %q, %v; want an error naming it", out, err)
+	}
+
+	// attach -i to a process started with stdin: what kubectl sends
+	// reaches it, its answers come back, and with stdinOnce the end of
+	// kubectl's stdin is the process's EOF.
+	console := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "console", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			NodeSelector:  map[string]string{"kubernetes.io/hostname": "dev1"},
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "app", Image: f.image("testapp", testimage.AppPackage),
+				Command: []string{"/testapp", "relay"}, Stdin: true, StdinOnce: true,
+			}},
+		},
+	}
+	if _, err := f.cs.CoreV1().Pods("default").Create(ctx, console, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "console running on dev1", 3*time.Minute, func() (bool, error) {
+		p, err := f.cs.CoreV1().Pods("default").Get(ctx, "console", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning, err
+	})
+	if out, err := run("one\ntwo\n", "attach", "-q", "-i", "console"); err != nil || out != "got one\ngot two\nstdin closed\n" {
+		t.Errorf("kubectl attach -i: %q, %v", out, err)
+	}
+	if out, err := run("x\n", "attach", "-q", "-i", "shell"); err == nil || !strings.Contains(out, "does not have stdin enabled") {
+		t.Errorf("kubectl attach -i to a container without stdin: %q, %v", out, err)
 	}
 
 	pf := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "port-forward", "pod/shell", ":8080")
