@@ -20,6 +20,7 @@ import (
 	"flotilla.dev/flotilla/agent/localstore"
 	"flotilla.dev/flotilla/agent/runtime"
 	"flotilla.dev/flotilla/agent/static"
+	"flotilla.dev/flotilla/api/podutil"
 )
 
 // LocalSocket, in the data dir, is where a running agent tells a
@@ -144,7 +145,11 @@ func storedPods(ctx context.Context, c DeviceView) (DeviceReport, error) {
 			problems = append(problems, err)
 		}
 		for _, p := range cached {
-			add(p, "cache")
+			// Mirror pods are kept for the hub source to resume with;
+			// their static pods are listed below.
+			if !podutil.IsMirror(p) {
+				add(p, "cache")
+			}
 		}
 	case errors.Is(err, localstore.ErrLocked):
 		return DeviceReport{}, fmt.Errorf("an agent holds %s but does not answer on %s: it may be starting; try again", filepath.Join(c.DataDir, stateFile), filepath.Join(c.DataDir, LocalSocket))

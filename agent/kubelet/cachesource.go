@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"flotilla.dev/flotilla/agent/localstore"
+	"flotilla.dev/flotilla/api/podutil"
 )
 
 // CacheSource serves the hub's pods from the local store while the hub
@@ -64,6 +66,10 @@ func (c *CacheSource) Run(ctx context.Context, notify func(types.UID)) error {
 	if err != nil {
 		return fmt.Errorf("reading cached pods: %w", err)
 	}
+	// The store keeps the hub's mirror pods too (for the hub source to
+	// resume with); they stand for static pods, which are not the
+	// cache's to run.
+	pods = slices.DeleteFunc(pods, func(p *corev1.Pod) bool { return podutil.IsMirror(p) })
 	c.mu.Lock()
 	for _, p := range pods {
 		c.pods[p.UID] = p
@@ -93,7 +99,7 @@ func (c *CacheSource) Run(ctx context.Context, notify func(types.UID)) error {
 // cache served, whose workers now see the hub's verdict.
 func (c *CacheSource) handOver(notify func(types.UID)) error {
 	hubPods := c.hub.List()
-	if err := localstore.Replace(c.store, localstore.Pods, hubPods, c.hub.LastSyncResourceVersion()); err != nil {
+	if err := localstore.Replace(c.store, localstore.Pods, c.hub.all(), c.hub.LastSyncResourceVersion()); err != nil {
 		// Not fatal: the write-through keeps the store close, and the
 		// next start re-lists.
 		c.log.Warn("could not rewrite the local pod cache from the hub", "err", err)

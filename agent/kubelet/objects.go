@@ -201,7 +201,10 @@ func (c *objectCache) ensureLocked(k objKey) *objWatch {
 			},
 		}
 	}
-	inf := cache.NewSharedIndexInformer(lw, example, 0, cache.Indexers{})
+	// The watch resumes from the version the store holds, so a restart
+	// asks the hub only whether the object changed since.
+	resuming := &resumingListWatch{hub: lw, stored: func() (runtime.Object, bool) { return c.storedList(k) }}
+	inf := cache.NewSharedIndexInformer(resuming, example, 0, cache.Indexers{})
 	ctx, cancel := context.WithCancel(c.ctx)
 	w := &objWatch{informer: inf, cancel: cancel, users: map[types.UID]bool{}}
 	notify := func(any) {
@@ -331,6 +334,22 @@ func (c *objectCache) recalled(k objKey) (any, bool) {
 		return nil, false
 	}
 	return obj, ok
+}
+
+// storedList is the stored object as a list of one at the object's own
+// version, for a watch to resume from; false when the store has none.
+func (c *objectCache) storedList(k objKey) (runtime.Object, bool) {
+	obj, ok := c.recalled(k)
+	if !ok {
+		return nil, false
+	}
+	switch o := obj.(type) {
+	case *corev1.ConfigMap:
+		return &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: o.ResourceVersion}, Items: []corev1.ConfigMap{*o}}, o.ResourceVersion != ""
+	case *corev1.Secret:
+		return &corev1.SecretList{ListMeta: metav1.ListMeta{ResourceVersion: o.ResourceVersion}, Items: []corev1.Secret{*o}}, o.ResourceVersion != ""
+	}
+	return nil, false
 }
 
 func storeKind(k objKey) localstore.Kind {

@@ -43,8 +43,11 @@ const uidIndex = "uid"
 // informer with the field selector spec.nodeName=<node>.
 type HubSource struct {
 	informer cache.SharedIndexInformer
+	lw       *resumingListWatch
 	// store, when set, receives every pod before the kubelet can act on
-	// it, so that a restart without the hub finds what was running.
+	// it, so that a restart without the hub finds what was running, and
+	// gives the informer its first list, so that its watch resumes from
+	// the stored resourceVersion.
 	store *localstore.Store
 	log   *slog.Logger
 }
@@ -54,17 +57,21 @@ var _ PodSource = (*HubSource)(nil)
 // NewHubSource returns the hub's pods bound to node.
 func NewHubSource(client hubclient.Interface, node string) *HubSource {
 	sel := fields.OneTermEqualSelector("spec.nodeName", node).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
-			return client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
+	s := &HubSource{}
+	s.lw = &resumingListWatch{
+		hub: &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.FieldSelector = sel
+				return client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.FieldSelector = sel
+				return client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
+			},
 		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
-		},
+		stored: s.stored,
 	}
-	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{
+	s.informer = cache.NewSharedIndexInformer(s.lw, &corev1.Pod{}, 0, cache.Indexers{
 		uidIndex: func(obj any) ([]string, error) {
 			if p, ok := obj.(*corev1.Pod); ok {
 				return []string{string(p.UID)}, nil
@@ -72,7 +79,31 @@ func NewHubSource(client hubclient.Interface, node string) *HubSource {
 			return nil, nil
 		},
 	})
-	return &HubSource{informer: inf}
+	return s
+}
+
+// stored is the hub's last whole list of this node's pods (mirror pods
+// included), as the store keeps it, with the version of the last event
+// recorded; false when the store has never held a whole list.
+func (s *HubSource) stored() (runtime.Object, bool) {
+	if s.store == nil {
+		return nil, false
+	}
+	rv, err := s.store.ResourceVersion(localstore.Pods)
+	if err != nil || rv == "" {
+		return nil, false
+	}
+	pods, err := localstore.List[corev1.Pod](s.store, localstore.Pods)
+	if err != nil {
+		// A damaged entry is listed again by the hub's 410 or next
+		// change; the others still resume.
+		s.log.Warn("some stored pods cannot be read; resuming with the others", "err", err)
+	}
+	list := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: rv}, Items: make([]corev1.Pod, 0, len(pods))}
+	for _, p := range pods {
+		list.Items = append(list.Items, *p)
+	}
+	return list, true
 }
 
 func (s *HubSource) Name() string { return "hub" }
@@ -108,9 +139,11 @@ func (s *HubSource) Run(ctx context.Context, notify func(types.UID)) error {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
-			if p, ok := obj.(*corev1.Pod); ok && !podutil.IsMirror(p) {
+			if p, ok := obj.(*corev1.Pod); ok {
 				s.forget(p)
-				notify(p.UID)
+				if !podutil.IsMirror(p) {
+					notify(p.UID)
+				}
 			}
 		},
 	})
@@ -121,7 +154,10 @@ func (s *HubSource) Run(ctx context.Context, notify func(types.UID)) error {
 	return nil
 }
 
-func (s *HubSource) HasSynced() bool { return s.informer.HasSynced() }
+// HasSynced is true once the informer holds a whole list and the hub has
+// answered: a list resumed from the store is the cache source's to serve
+// until then.
+func (s *HubSource) HasSynced() bool { return s.lw.Answered() && s.informer.HasSynced() }
 
 // LastSyncResourceVersion is the resourceVersion of the informer's latest
 // list or watch event.
@@ -141,12 +177,30 @@ func (s *HubSource) persist(store *localstore.Store, log *slog.Logger) error {
 
 func (s *HubSource) remember(obj any) {
 	p, ok := obj.(*corev1.Pod)
-	if !ok || s.store == nil || podutil.IsMirror(p) {
+	if !ok || s.store == nil {
 		return
 	}
+	// Mirror pods are kept too: a resumed watch sends only what changed,
+	// and a static pod's status goes to its mirror. The cache source
+	// never runs them.
 	if err := localstore.Put(s.store, localstore.Pods, p); err != nil {
 		// The pod still runs; only a restart without the hub would miss it.
 		s.log.Warn("could not record pod in the local store", "pod", p.Namespace+"/"+p.Name, "err", err)
+		return
+	}
+	s.advance(p.ResourceVersion)
+}
+
+// advance records rv as the version a resumed watch starts from, once the
+// store holds a whole list: a watch from there replays only what the
+// store does not have yet.
+func (s *HubSource) advance(rv string) {
+	cur, err := s.store.ResourceVersion(localstore.Pods)
+	if err != nil || cur == "" || rv == "" || !newerVersion(rv, cur) {
+		return
+	}
+	if err := s.store.SetResourceVersion(localstore.Pods, rv); err != nil {
+		s.log.Warn("could not record the pods' resourceVersion in the local store", "err", err)
 	}
 }
 
@@ -156,7 +210,9 @@ func (s *HubSource) forget(p *corev1.Pod) {
 	}
 	if err := s.store.Delete(localstore.Pods, p.Namespace, p.Name); err != nil {
 		s.log.Warn("could not remove pod from the local store", "pod", p.Namespace+"/"+p.Name, "err", err)
+		return
 	}
+	s.advance(p.ResourceVersion)
 }
 
 // Get returns a pod the hub wants run here. Mirror pods are not among
@@ -170,6 +226,11 @@ func (s *HubSource) Get(uid types.UID) (*corev1.Pod, bool) {
 }
 
 func (s *HubSource) get(uid types.UID) (*corev1.Pod, bool) {
+	if !s.lw.Answered() {
+		// What the store gave the informer is the cache source's to
+		// serve until the hub has answered.
+		return nil, false
+	}
 	objs, err := s.informer.GetIndexer().ByIndex(uidIndex, string(uid))
 	if err != nil || len(objs) == 0 {
 		return nil, false
@@ -178,6 +239,9 @@ func (s *HubSource) get(uid types.UID) (*corev1.Pod, bool) {
 }
 
 func (s *HubSource) List() []*corev1.Pod {
+	if !s.lw.Answered() {
+		return nil
+	}
 	objs := s.informer.GetStore().List()
 	out := make([]*corev1.Pod, 0, len(objs))
 	for _, o := range objs {
@@ -188,9 +252,23 @@ func (s *HubSource) List() []*corev1.Pod {
 	return out
 }
 
+// all is every pod the informer holds, mirror pods included: what the
+// store keeps.
+func (s *HubSource) all() []*corev1.Pod {
+	objs := s.informer.GetStore().List()
+	out := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		out = append(out, o.(*corev1.Pod))
+	}
+	return out
+}
+
 // mirrorOf returns the hub's mirror of a static pod: same namespace and
 // name, marked as a mirror.
 func (s *HubSource) mirrorOf(static *corev1.Pod) (*corev1.Pod, bool) {
+	if !s.lw.Answered() {
+		return nil, false
+	}
 	obj, ok, err := s.informer.GetStore().GetByKey(static.Namespace + "/" + static.Name)
 	if err != nil || !ok {
 		return nil, false
