@@ -33,14 +33,6 @@ func TestParseCRIConfig(t *testing.T) {
 	}
 }
 
-func TestSplitRule(t *testing.T) {
-	got := splitRule(`-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections" -j DROP`)
-	want := []string{"-A", "KUBE-FIREWALL", "!", "-s", "127.0.0.0/8", "-d", "127.0.0.0/8", "-m", "comment", "--comment", "block incoming localnet connections", "-j", "DROP"}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("splitRule = %q\nwant %q", got, want)
-	}
-}
-
 // TestNewChainCleanup removes only the KUBE-* chains that were not there
 // before and the rules of other chains that jump to them.
 func TestNewChainCleanup(t *testing.T) {
@@ -62,12 +54,6 @@ func TestNewChainCleanup(t *testing.T) {
 	wantJumps := [][]string{{"-D", "INPUT", "-j", "KUBE-FIREWALL"}, {"-D", "OUTPUT", "-j", "KUBE-FIREWALL"}, {"-D", "OTHER", "-p", "tcp", "-g", "KUBE-KUBELET-CANARY"}}
 	if !reflect.DeepEqual(jumps, wantJumps) {
 		t.Errorf("jumps = %q\nwant %q", jumps, wantJumps)
-	}
-}
-
-func TestUnescapeMount(t *testing.T) {
-	if got := unescapeMount(`/tmp/a\040b/c`); got != "/tmp/a b/c" {
-		t.Errorf("unescapeMount = %q", got)
 	}
 }
 

@@ -1,7 +1,6 @@
 package agentbench
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -12,6 +11,9 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"flotilla.dev/flotilla/bench/iptrules"
+	"flotilla.dev/flotilla/internal/mountinfo"
 )
 
 // kubeletSysctls are the kernel settings the kubelet sets at start
@@ -147,7 +149,7 @@ func newChainCleanup(before map[string]bool, rules []string) (jumps [][]string, 
 	}
 	sort.Strings(chains)
 	for _, r := range rules {
-		args := splitRule(r)
+		args := iptrules.Split(r)
 		if len(args) < 2 || args[0] != "-A" || added[args[1]] {
 			continue
 		}
@@ -159,40 +161,6 @@ func newChainCleanup(before map[string]bool, rules []string) (jumps [][]string, 
 		}
 	}
 	return jumps, chains
-}
-
-// splitRule splits a line of `iptables -S` into arguments: fields, with
-// double-quoted ones (comments) as one argument without the quotes.
-func splitRule(r string) []string {
-	var (
-		out    []string
-		cur    strings.Builder
-		quoted bool
-		inArg  bool
-	)
-	for i := 0; i < len(r); i++ {
-		c := r[i]
-		switch {
-		case c == '\\' && quoted && i+1 < len(r):
-			i++
-			cur.WriteByte(r[i])
-		case c == '"':
-			quoted, inArg = !quoted, true
-		case c == ' ' && !quoted:
-			if inArg {
-				out = append(out, cur.String())
-				cur.Reset()
-				inArg = false
-			}
-		default:
-			cur.WriteByte(c)
-			inArg = true
-		}
-	}
-	if inArg {
-		out = append(out, cur.String())
-	}
-	return out
 }
 
 // restore removes the KUBE-* chains the kubelet added (and the rules that
@@ -316,23 +284,9 @@ func (h *hostState) removeLogLinks(podLogs string) {
 
 // unmountUnder detaches every mount at or under dir, deepest first.
 func unmountUnder(dir string) []error {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := mountinfo.Under(dir)
 	if err != nil {
 		return []error{err}
-	}
-	defer f.Close()
-	var mounts []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) < 5 {
-			continue
-		}
-		mp := unescapeMount(fs[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			mounts = append(mounts, mp)
-		}
 	}
 	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i]) > len(mounts[j]) })
 	var errs []error
@@ -342,24 +296,4 @@ func unmountUnder(dir string) []error {
 		}
 	}
 	return errs
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var n int
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%o", &n); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

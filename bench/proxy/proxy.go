@@ -23,6 +23,7 @@ import (
 	"flotilla.dev/flotilla/agent/hubclient/fromclientset"
 	"flotilla.dev/flotilla/agent/proxy"
 	"flotilla.dev/flotilla/agent/proxy/netnstest"
+	"flotilla.dev/flotilla/bench/iptrules"
 )
 
 // Options shape a run; zero values take the issue's figures.
@@ -256,41 +257,10 @@ func perRuleCommands(saved []byte) ([][]string, int) {
 			name, _, _ := strings.Cut(l[1:], " ")
 			chains = append(chains, []string{"-w", "-t", table, "-N", name})
 		case strings.HasPrefix(l, "-A ") && strings.Contains(l, "FLOTILLA-"):
-			rules = append(rules, append([]string{"-w", "-t", table}, splitArgs(l)...))
+			rules = append(rules, append([]string{"-w", "-t", table}, iptrules.Split(l)...))
 		}
 	}
 	return append(chains, rules...), len(rules)
-}
-
-// splitArgs splits an iptables-save rule line into arguments, honouring
-// double quotes and backslash escapes.
-func splitArgs(line string) []string {
-	var out []string
-	var cur strings.Builder
-	inArg, quoted := false, false
-	for i := 0; i < len(line); i++ {
-		c := line[i]
-		switch {
-		case c == '\\' && quoted && i+1 < len(line):
-			i++
-			cur.WriteByte(line[i])
-		case c == '"':
-			quoted, inArg = !quoted, true
-		case c == ' ' && !quoted:
-			if inArg {
-				out = append(out, cur.String())
-				cur.Reset()
-				inArg = false
-			}
-		default:
-			cur.WriteByte(c)
-			inArg = true
-		}
-	}
-	if inArg {
-		out = append(out, cur.String())
-	}
-	return out
 }
 
 // Lines renders the results one figure a line, beside the targets.

@@ -3,19 +3,10 @@ package proxybench
 import (
 	"context"
 	"os"
-	"slices"
 	"testing"
 
 	"flotilla.dev/flotilla/internal/testenv"
 )
-
-func TestSplitArgs(t *testing.T) {
-	got := splitArgs(`-A FLOTILLA-SERVICES -d 10.43.0.1/32 -m comment --comment "bench/svc:http cluster IP" -j X`)
-	want := []string{"-A", "FLOTILLA-SERVICES", "-d", "10.43.0.1/32", "-m", "comment", "--comment", "bench/svc:http cluster IP", "-j", "X"}
-	if !slices.Equal(got, want) {
-		t.Errorf("splitArgs = %q, want %q", got, want)
-	}
-}
 
 // TestRunSmall runs the driver at a tiny size, so that `make bench` does
 // not find it broken; the figures themselves are not checked.

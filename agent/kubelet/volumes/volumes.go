@@ -1,7 +1,6 @@
 package volumes
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"flotilla.dev/flotilla/agent/kubelet/envvars"
+	"flotilla.dev/flotilla/internal/mountinfo"
 )
 
 // Objects reads the ConfigMaps and Secrets volumes are made from; a
@@ -426,7 +426,7 @@ func sourceKind(src corev1.VolumeSource) string {
 // Repeating it is harmless.
 func (m *Manager) TearDown(uid types.UID) error {
 	dir := m.PodDir(uid)
-	mounts, err := mountsUnder(dir)
+	mounts, err := mountinfo.Under(dir)
 	if err != nil {
 		return fmt.Errorf("tear down volumes of pod %s: %w", uid, err)
 	}
@@ -439,7 +439,7 @@ func (m *Manager) TearDown(uid types.UID) error {
 	}
 	if len(mounts) > 0 {
 		// Never delete through a mount that is still there.
-		if left, _ := mountsUnder(dir); len(left) > 0 {
+		if left, _ := mountinfo.Under(dir); len(left) > 0 {
 			return fmt.Errorf("tear down volumes of pod %s: still mounted: %v", uid, left)
 		}
 	}
@@ -462,49 +462,6 @@ func (m *Manager) PodUIDs() ([]types.UID, error) {
 		}
 	}
 	return out, nil
-}
-
-// mountsUnder lists mount points at or below dir from mountinfo.
-func mountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	prefix := filepath.Clean(dir)
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMount(fields[4])
-		if mp == prefix || strings.HasPrefix(mp, prefix+"/") {
-			out = append(out, mp)
-		}
-	}
-	return out, sc.Err()
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // SubPath resolves a volumeMount's subPath inside a volume, creating it as

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"flotilla.dev/flotilla/internal/mountinfo"
 	"flotilla.dev/flotilla/internal/testenv"
 )
 
@@ -348,14 +349,14 @@ func TestTmpfsVolumes(t *testing.T) {
 	if _, err := m.SetUp(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}
-	mounts, _ := mountsUnder(m.PodDir(p.UID))
+	mounts, _ := mountinfo.Under(m.PodDir(p.UID))
 	if len(mounts) != 2 {
 		t.Fatalf("mounts = %v", mounts)
 	}
 	if err := m.TearDown(p.UID); err != nil {
 		t.Fatal(err)
 	}
-	if mounts, _ := mountsUnder(m.PodDir(p.UID)); len(mounts) != 0 {
+	if mounts, _ := mountinfo.Under(m.PodDir(p.UID)); len(mounts) != 0 {
 		t.Fatalf("left mounted: %v", mounts)
 	}
 }
