@@ -61,31 +61,11 @@ without --force: change it in Git.`,
 }
 
 func (a *App) rolloutPause(ctx context.Context, r *api.Resource, name string, paused, force bool) error {
-	c, err := a.connect()
+	st, err := a.stagedWorkload(ctx, r, name, "pause and resume act on the policy that stages a workload; create one whose spec.selector matches (see docs/staged-rollouts.md)")
 	if err != nil {
 		return err
 	}
-	rc, err := c.clientFor(r, c.Namespace)
-	if err != nil {
-		return err
-	}
-	obj, err := rc.Get(ctx, name)
-	if err != nil {
-		return err
-	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return err
-	}
-	workload := output.KindGroup(r.GVK()) + "/" + name
-	rp, err := a.stagingPolicy(ctx, c, c.Namespace, m.GetLabels())
-	if err != nil {
-		return err
-	}
-	if rp == nil {
-		return fmt.Errorf("no RolloutPolicy in namespace %s selects %s (labels %s): pause and resume act on the policy that stages a workload; create one whose spec.selector matches (see docs/staged-rollouts.md)",
-			c.Namespace, workload, labels.Set(m.GetLabels()).String())
-	}
+	c, workload, rp := st.clients, st.name, st.policy
 	policy := output.KindGroup(rolloutPolicyGVR.GroupVersion().WithKind("RolloutPolicy")) + "/" + rp.Name
 	word := map[bool]string{true: "paused", false: "resumed"}[paused]
 	if src := rp.Labels[api.LabelSource]; src != "" {
@@ -145,31 +125,11 @@ resume, and a new template starts a new rollout by itself.`,
 }
 
 func (a *App) rolloutRetry(ctx context.Context, r *api.Resource, name string) error {
-	c, err := a.connect()
+	st, err := a.stagedWorkload(ctx, r, name, "only a staged rollout has waves to retry")
 	if err != nil {
 		return err
 	}
-	rc, err := c.clientFor(r, c.Namespace)
-	if err != nil {
-		return err
-	}
-	obj, err := rc.Get(ctx, name)
-	if err != nil {
-		return err
-	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return err
-	}
-	workload := output.KindGroup(r.GVK()) + "/" + name
-	rp, err := a.stagingPolicy(ctx, c, c.Namespace, m.GetLabels())
-	if err != nil {
-		return err
-	}
-	if rp == nil {
-		return fmt.Errorf("no RolloutPolicy in namespace %s selects %s (labels %s): only a staged rollout has waves to retry",
-			c.Namespace, workload, labels.Set(m.GetLabels()).String())
-	}
+	rc, workload, rp := st.client, st.name, st.policy
 	w := waves.Find(rp, waves.Workload{Kind: r.Kind, Name: name})
 	if w == nil || !meta.IsStatusConditionTrue(w.Conditions, v1alpha1.ConditionWaveFailed) {
 		state := "not started yet"
@@ -189,6 +149,46 @@ func (a *App) rolloutRetry(ctx context.Context, r *api.Resource, name string) er
 	fmt.Fprintf(a.Out, "%s: wave %s of RolloutPolicy %s will be judged again (it was %s); follow it with flotctl rollout status %s %s\n",
 		workload, w.CurrentWave, rp.Name, w.Phase, strings.ToLower(r.Kind), name)
 	return nil
+}
+
+// staged is a workload and the RolloutPolicy that stages it.
+type staged struct {
+	clients *Clients
+	client  resourceClient // of the workload's resource
+	name    string         // kind/name, as kubectl names it
+	policy  *v1alpha1.RolloutPolicy
+}
+
+// stagedWorkload finds the workload r/name in the current namespace and
+// the policy that stages it; a workload no policy selects is an error
+// ending with why, which says what the command needs it for.
+func (a *App) stagedWorkload(ctx context.Context, r *api.Resource, name, why string) (staged, error) {
+	c, err := a.connect()
+	if err != nil {
+		return staged{}, err
+	}
+	rc, err := c.clientFor(r, c.Namespace)
+	if err != nil {
+		return staged{}, err
+	}
+	obj, err := rc.Get(ctx, name)
+	if err != nil {
+		return staged{}, err
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return staged{}, err
+	}
+	workload := output.KindGroup(r.GVK()) + "/" + name
+	rp, err := a.stagingPolicy(ctx, c, c.Namespace, m.GetLabels())
+	if err != nil {
+		return staged{}, err
+	}
+	if rp == nil {
+		return staged{}, fmt.Errorf("no RolloutPolicy in namespace %s selects %s (labels %s): %s",
+			c.Namespace, workload, labels.Set(m.GetLabels()).String(), why)
+	}
+	return staged{clients: c, client: rc, name: workload, policy: rp}, nil
 }
 
 // failedWaveNote is what resume says of a rollout it cannot lift: a failed
