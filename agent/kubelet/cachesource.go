@@ -103,6 +103,8 @@ func (c *CacheSource) handOver(notify func(types.UID)) error {
 		// Not fatal: the write-through keeps the store close, and the
 		// next start re-lists.
 		c.log.Warn("could not rewrite the local pod cache from the hub", "err", err)
+	} else if err := c.store.SetFact(factPodsWithMirrors, "true"); err != nil {
+		c.log.Warn("could not mark the local pod cache as whole", "err", err)
 	}
 	c.mu.Lock()
 	served := c.pods

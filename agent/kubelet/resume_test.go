@@ -91,6 +91,9 @@ func TestHubSourceResumesFromTheStore(t *testing.T) {
 			if err := localstore.Replace(store, localstore.Pods, stored, "7"); err != nil {
 				t.Fatal(err)
 			}
+			if err := store.SetFact(factPodsWithMirrors, "true"); err != nil {
+				t.Fatal(err)
+			}
 			// The hub still has web; gone was deleted while the agent was away.
 			client := fake.NewClientset(testPod("web", "7", false), testPod("static-dev1", "6", true))
 			calls := &hubCalls{expire: expired}
@@ -152,6 +155,9 @@ func TestHubSourceHidesTheStoreUntilTheHubAnswers(t *testing.T) {
 	}
 	defer store.Close()
 	if err := localstore.Replace(store, localstore.Pods, []*corev1.Pod{testPod("web", "7", false)}, "7"); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetFact(factPodsWithMirrors, "true"); err != nil {
 		t.Fatal(err)
 	}
 	client := fake.NewClientset()
@@ -246,4 +252,35 @@ func TestObjectWatchResumesFromTheStore(t *testing.T) {
 		s, ok, _ := localstore.Get[corev1.ConfigMap](store, localstore.ConfigMaps, "shop", "settings")
 		return ok && s.Data["mode"] == "new"
 	})
+}
+
+// TestHubSourceListsAStoreWithoutMirrors checks that a store written by
+// an agent that kept no mirror pods is not resumed from: the hub is
+// listed, so the static pods' mirrors are known.
+func TestHubSourceListsAStoreWithoutMirrors(t *testing.T) {
+	store, err := localstore.Open(filepath.Join(t.TempDir(), "state.db"), localstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if err := localstore.Replace(store, localstore.Pods, []*corev1.Pod{testPod("web", "7", false)}, "7"); err != nil {
+		t.Fatal(err)
+	}
+	client := fake.NewClientset(testPod("web", "7", false), testPod("static-dev1", "6", true))
+	calls := &hubCalls{}
+	calls.install(client)
+	src := NewHubSource(fromclientset.New(client), "dev1")
+	if err := src.persist(store, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = src.Run(ctx, func(types.UID) {}) }()
+	waitUntil(t, "the hub source syncs", src.HasSynced)
+	if lists, _, _ := calls.snapshot(); lists != 1 {
+		t.Fatalf("the hub was listed %d times for a store without mirrors, want 1", lists)
+	}
+	if _, ok := src.mirrorOf(testPod("static-dev1", "", false)); !ok {
+		t.Fatal("the static pod's mirror is not known")
+	}
 }

@@ -39,6 +39,11 @@ type PodSource interface {
 
 const uidIndex = "uid"
 
+// factPodsWithMirrors marks a store whose pods include the hub's mirror
+// pods (agents before resumed watches left them out), so that a resumed
+// watch starts from a whole list.
+const factPodsWithMirrors = "pods-with-mirrors"
+
 // HubSource is the pods bound to this node on the hub, through an
 // informer with the field selector spec.nodeName=<node>.
 type HubSource struct {
@@ -91,6 +96,11 @@ func (s *HubSource) stored() (runtime.Object, bool) {
 	}
 	rv, err := s.store.ResourceVersion(localstore.Pods)
 	if err != nil || rv == "" {
+		return nil, false
+	}
+	if f, _ := s.store.Fact(factPodsWithMirrors); f != "true" {
+		// Written by an agent that kept no mirror pods: a watch resumed
+		// from it would never deliver the unchanged mirrors.
 		return nil, false
 	}
 	pods, err := localstore.List[corev1.Pod](s.store, localstore.Pods)
