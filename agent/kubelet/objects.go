@@ -19,6 +19,7 @@ import (
 
 	"flotilla.dev/flotilla/agent/hubclient"
 	"flotilla.dev/flotilla/agent/localstore"
+	"flotilla.dev/flotilla/agent/resume"
 )
 
 // objKey names a ConfigMap or Secret.
@@ -203,7 +204,7 @@ func (c *objectCache) ensureLocked(k objKey) *objWatch {
 	}
 	// The watch resumes from the version the store holds, so a restart
 	// asks the hub only whether the object changed since.
-	resuming := &resumingListWatch{hub: lw, stored: func() (runtime.Object, bool) { return c.storedList(k) }}
+	resuming := &resume.ListWatch{Hub: lw, Stored: func() (runtime.Object, bool) { return c.storedList(k) }}
 	inf := cache.NewSharedIndexInformer(resuming, example, 0, cache.Indexers{})
 	ctx, cancel := context.WithCancel(c.ctx)
 	w := &objWatch{informer: inf, cancel: cancel, users: map[types.UID]bool{}}

@@ -27,17 +27,23 @@ import (
 // watches from the test.
 type hubCalls struct {
 	mu       sync.Mutex
-	lists    int
+	lists    int // whole lists
+	probes   int // lists of one, asking for the hub's version
 	watchRVs []string
-	expire   bool // answer a watch with 410
+	expire   bool   // answer a watch with 410
+	hubRV    string // the hub's version, answered to a probe
 	watcher  *watch.FakeWatcher
 }
 
 func (h *hubCalls) install(c *fake.Clientset) {
-	c.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+	c.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		h.mu.Lock()
+		defer h.mu.Unlock()
+		if a.(k8stesting.ListActionImpl).ListOptions.Limit == 1 {
+			h.probes++
+			return true, &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: h.hubRV}}, nil
+		}
 		h.lists++
-		h.mu.Unlock()
 		return false, nil, nil // the tracker answers
 	})
 	c.PrependWatchReactor("pods", func(a k8stesting.Action) (bool, watch.Interface, error) {
@@ -76,12 +82,17 @@ func testPod(name, rv string, mirror bool) *corev1.Pod {
 // only once the hub has answered. A version the hub no longer has (410)
 // makes it list the hub.
 func TestHubSourceResumesFromTheStore(t *testing.T) {
-	for _, expired := range []bool{false, true} {
-		name := "resumes"
-		if expired {
-			name = "410 lists the hub"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		hubRV  string // the hub's version when the agent starts
+		expire bool   // the hub answers the resumed watch 410
+	}{
+		{"resumes", "8", false},
+		{"410 lists the hub", "8", true},
+		{"a hub behind the stored version is listed", "4", false},
+	} {
+		expired := tc.expire || tc.hubRV == "4"
+		t.Run(tc.name, func(t *testing.T) {
 			store, err := localstore.Open(filepath.Join(t.TempDir(), "state.db"), localstore.Options{})
 			if err != nil {
 				t.Fatal(err)
@@ -96,7 +107,7 @@ func TestHubSourceResumesFromTheStore(t *testing.T) {
 			}
 			// The hub still has web; gone was deleted while the agent was away.
 			client := fake.NewClientset(testPod("web", "7", false), testPod("static-dev1", "6", true))
-			calls := &hubCalls{expire: expired}
+			calls := &hubCalls{expire: tc.expire, hubRV: tc.hubRV}
 			calls.install(client)
 
 			src := NewHubSource(fromclientset.New(client), "dev1")
@@ -109,12 +120,17 @@ func TestHubSourceResumesFromTheStore(t *testing.T) {
 
 			waitUntil(t, "the hub source syncs", src.HasSynced)
 			lists, rvs, w := calls.snapshot()
-			if len(rvs) == 0 || rvs[0] != "7" {
+			if tc.hubRV == "4" {
+				// Never watched from 7: the hub is behind it.
+				if len(rvs) > 0 && rvs[0] == "7" {
+					t.Fatalf("watched from the stored 7 on a hub at 4: %q", rvs)
+				}
+			} else if len(rvs) == 0 || rvs[0] != "7" {
 				t.Fatalf("the first watch asked for resourceVersion %q, want the stored 7", rvs)
 			}
 			if expired {
 				if lists != 1 {
-					t.Fatalf("after a 410 the hub was listed %d times, want 1", lists)
+					t.Fatalf("after a refused version the hub was listed %d times, want 1", lists)
 				}
 				waitUntil(t, "the pod deleted meanwhile leaves the store", func() bool {
 					_, ok, _ := localstore.Get[corev1.Pod](store, localstore.Pods, "shop", "gone")
@@ -216,7 +232,10 @@ func TestObjectWatchResumesFromTheStore(t *testing.T) {
 		rvs   []string
 		w     = watch.NewFake()
 	)
-	client.PrependReactor("list", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+	client.PrependReactor("list", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.ListActionImpl).ListOptions.Limit == 1 {
+			return true, &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: "20"}}, nil
+		}
 		mu.Lock()
 		lists++
 		mu.Unlock()

@@ -16,6 +16,7 @@ import (
 
 	"flotilla.dev/flotilla/agent/hubclient"
 	"flotilla.dev/flotilla/agent/localstore"
+	"flotilla.dev/flotilla/agent/resume"
 	"flotilla.dev/flotilla/api/podutil"
 )
 
@@ -48,7 +49,7 @@ const factPodsWithMirrors = "pods-with-mirrors"
 // informer with the field selector spec.nodeName=<node>.
 type HubSource struct {
 	informer cache.SharedIndexInformer
-	lw       *resumingListWatch
+	lw       *resume.ListWatch
 	// store, when set, receives every pod before the kubelet can act on
 	// it, so that a restart without the hub finds what was running, and
 	// gives the informer its first list, so that its watch resumes from
@@ -63,8 +64,8 @@ var _ PodSource = (*HubSource)(nil)
 func NewHubSource(client hubclient.Interface, node string) *HubSource {
 	sel := fields.OneTermEqualSelector("spec.nodeName", node).String()
 	s := &HubSource{}
-	s.lw = &resumingListWatch{
-		hub: &cache.ListWatch{
+	s.lw = &resume.ListWatch{
+		Hub: &cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				o.FieldSelector = sel
 				return client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
@@ -74,7 +75,7 @@ func NewHubSource(client hubclient.Interface, node string) *HubSource {
 				return client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
 			},
 		},
-		stored: s.stored,
+		Stored: s.stored,
 	}
 	s.informer = cache.NewSharedIndexInformer(s.lw, &corev1.Pod{}, 0, cache.Indexers{
 		uidIndex: func(obj any) ([]string, error) {
@@ -206,7 +207,7 @@ func (s *HubSource) remember(obj any) {
 // store does not have yet.
 func (s *HubSource) advance(rv string) {
 	cur, err := s.store.ResourceVersion(localstore.Pods)
-	if err != nil || cur == "" || rv == "" || !newerVersion(rv, cur) {
+	if err != nil || cur == "" || rv == "" || !resume.NewerVersion(rv, cur) {
 		return
 	}
 	if err := s.store.SetResourceVersion(localstore.Pods, rv); err != nil {

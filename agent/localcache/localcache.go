@@ -18,6 +18,7 @@ import (
 
 	"flotilla.dev/flotilla/agent/hubclient"
 	"flotilla.dev/flotilla/agent/localstore"
+	"flotilla.dev/flotilla/agent/resume"
 )
 
 // kindInfo is what the cache needs to know of one kind.
@@ -143,6 +144,9 @@ type listWatch struct {
 
 	mu     sync.Mutex
 	served bool // the store answered the first list
+	// resumed is the stored version the first list was answered with,
+	// until the hub has been asked whether it has reached it.
+	resumed string
 	// otherScope: the informer holds a stored list made with another
 	// scope, served while the hub was away.
 	otherScope bool
@@ -170,6 +174,11 @@ func (l *listWatch) ListWithContext(ctx context.Context, o metav1.ListOptions) (
 	sameScope := l.storedScope() == l.selector.String()
 	if first && sameScope {
 		if obj, ok := l.stored(); ok {
+			if acc, err := meta.ListAccessor(obj); err == nil {
+				l.mu.Lock()
+				l.resumed = acc.GetResourceVersion()
+				l.mu.Unlock()
+			}
 			return obj, nil
 		}
 	}
@@ -239,6 +248,25 @@ func (l *listWatch) Watch(o metav1.ListOptions) (watch.Interface, error) {
 }
 
 func (l *listWatch) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	l.mu.Lock()
+	resumed := l.resumed
+	l.mu.Unlock()
+	if resumed != "" {
+		// A hub behind the stored version holds another history; its 410
+		// makes the informer list the hub (later lists are the hub's).
+		err := resume.CheckReached(ctx, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			l.narrow(&o)
+			return l.hub.ListWithContext(ctx, o)
+		}, resumed)
+		if err == nil || apierrors.IsResourceExpired(err) {
+			l.mu.Lock()
+			l.resumed = ""
+			l.mu.Unlock()
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 	l.narrow(&o)
 	w, err := l.hub.WatchWithContext(ctx, o)
 	if err != nil {

@@ -124,3 +124,47 @@ func TestFirstStartWithoutHubWaits(t *testing.T) {
 }
 
 func everything() labels.Selector { return labels.Everything() }
+
+// TestHubBehindTheStoreIsListed checks that a hub whose version is behind
+// the stored one (restored from a backup, or moved to another store) is
+// listed instead of watched from the stored version, which it would accept
+// and send nothing up to: a Service the restored hub has and the store
+// does not appears, and one only the store has goes.
+func TestHubBehindTheStoreIsListed(t *testing.T) {
+	store, err := localstore.Open(filepath.Join(t.TempDir(), "state.db"), localstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	for _, k := range []localstore.Kind{localstore.Services, localstore.EndpointSlices, localstore.Nodes} {
+		if err := store.SetResourceVersion(k, "900"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := localstore.Put(store, localstore.Services, service("old")); err != nil {
+		t.Fatal(err)
+	}
+	restored := fake.NewClientset(service("web"))
+	var watchedFrom900 bool
+	restored.PrependWatchReactor("*", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		if a.(k8stesting.WatchActionImpl).WatchRestrictions.ResourceVersion == "900" {
+			watchedFrom900 = true
+		}
+		return false, nil, nil
+	})
+	f := start(t, restored, store)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		svcs, _ := f.Services().Lister.List(everything())
+		if len(svcs) == 1 && svcs[0].Name == "web" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("services %v, want only the restored hub's web", svcs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if watchedFrom900 {
+		t.Error("watched the hub from the stored version 900, which it has not reached")
+	}
+}
