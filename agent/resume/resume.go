@@ -108,7 +108,8 @@ func (l *ListWatch) checkReached(ctx context.Context, stored string) error {
 }
 
 // CheckReached asks the hub for its current version (a list of at most
-// one object, with the options the watch will use) before a watch resumes
+// one object, through list, which applies the watch's selectors) before a
+// watch resumes
 // from a stored version. A hub behind that version holds another history
 // — restored from a backup, or migrated to a new store — and would start
 // the watch at once and send nothing up to it (as kube-apiserver's watch
