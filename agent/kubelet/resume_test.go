@@ -93,11 +93,7 @@ func TestHubSourceResumesFromTheStore(t *testing.T) {
 	} {
 		expired := tc.expire || tc.hubRV == "4"
 		t.Run(tc.name, func(t *testing.T) {
-			store, err := localstore.Open(filepath.Join(t.TempDir(), "state.db"), localstore.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer store.Close()
+			store := openStore(t)
 			stored := []*corev1.Pod{testPod("web", "7", false), testPod("gone", "5", false), testPod("static-dev1", "6", true)}
 			if err := localstore.Replace(store, localstore.Pods, stored, "7"); err != nil {
 				t.Fatal(err)
@@ -110,13 +106,7 @@ func TestHubSourceResumesFromTheStore(t *testing.T) {
 			calls := &hubCalls{expire: tc.expire, hubRV: tc.hubRV}
 			calls.install(client)
 
-			src := NewHubSource(fromclientset.New(client), "dev1")
-			if err := src.persist(store, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			go func() { _ = src.Run(ctx, func(types.UID) {}) }()
+			src := runHubSource(t, client, store)
 
 			waitUntil(t, "the hub source syncs", src.HasSynced)
 			lists, rvs, w := calls.snapshot()
@@ -165,11 +155,7 @@ func TestHubSourceResumesFromTheStore(t *testing.T) {
 // is away the pods the store gave the informer are not offered as the
 // hub's (the cache source serves them), and the source is not synced.
 func TestHubSourceHidesTheStoreUntilTheHubAnswers(t *testing.T) {
-	store, err := localstore.Open(filepath.Join(t.TempDir(), "state.db"), localstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openStore(t)
 	if err := localstore.Replace(store, localstore.Pods, []*corev1.Pod{testPod("web", "7", false)}, "7"); err != nil {
 		t.Fatal(err)
 	}
@@ -183,13 +169,7 @@ func TestHubSourceHidesTheStoreUntilTheHubAnswers(t *testing.T) {
 	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewServiceUnavailable("the hub is away")
 	})
-	src := NewHubSource(fromclientset.New(client), "dev1")
-	if err := src.persist(store, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = src.Run(ctx, func(types.UID) {}) }()
+	src := runHubSource(t, client, store)
 	waitUntil(t, "the informer holds the stored list", src.informer.HasSynced)
 	time.Sleep(200 * time.Millisecond)
 	if src.HasSynced() {
@@ -216,11 +196,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // watch resumes from the stored object's version, and a change made while
 // the agent was away arrives as the replayed event.
 func TestObjectWatchResumesFromTheStore(t *testing.T) {
-	store, err := localstore.Open(filepath.Join(t.TempDir(), "state.db"), localstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openStore(t)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: "shop", ResourceVersion: "12"}, Data: map[string]string{"mode": "old"}}
 	if err := localstore.Put(store, localstore.ConfigMaps, cm); err != nil {
 		t.Fatal(err)
@@ -277,24 +253,14 @@ func TestObjectWatchResumesFromTheStore(t *testing.T) {
 // an agent that kept no mirror pods is not resumed from: the hub is
 // listed, so the static pods' mirrors are known.
 func TestHubSourceListsAStoreWithoutMirrors(t *testing.T) {
-	store, err := localstore.Open(filepath.Join(t.TempDir(), "state.db"), localstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openStore(t)
 	if err := localstore.Replace(store, localstore.Pods, []*corev1.Pod{testPod("web", "7", false)}, "7"); err != nil {
 		t.Fatal(err)
 	}
 	client := fake.NewClientset(testPod("web", "7", false), testPod("static-dev1", "6", true))
 	calls := &hubCalls{}
 	calls.install(client)
-	src := NewHubSource(fromclientset.New(client), "dev1")
-	if err := src.persist(store, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = src.Run(ctx, func(types.UID) {}) }()
+	src := runHubSource(t, client, store)
 	waitUntil(t, "the hub source syncs", src.HasSynced)
 	if lists, _, _ := calls.snapshot(); lists != 1 {
 		t.Fatalf("the hub was listed %d times for a store without mirrors, want 1", lists)
@@ -302,4 +268,28 @@ func TestHubSourceListsAStoreWithoutMirrors(t *testing.T) {
 	if _, ok := src.mirrorOf(testPod("static-dev1", "", false)); !ok {
 		t.Fatal("the static pod's mirror is not known")
 	}
+}
+
+func openStore(t *testing.T) *localstore.Store {
+	t.Helper()
+	store, err := localstore.Open(filepath.Join(t.TempDir(), "state.db"), localstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return store
+}
+
+// runHubSource runs a hub source of dev1 over client, recording in store,
+// until the test ends.
+func runHubSource(t *testing.T, client *fake.Clientset, store *localstore.Store) *HubSource {
+	t.Helper()
+	src := NewHubSource(fromclientset.New(client), "dev1")
+	if err := src.persist(store, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = src.Run(ctx, func(types.UID) {}) }()
+	return src
 }
