@@ -149,17 +149,24 @@ func (s *Server) Run(ctx context.Context) error {
 	var l net.Listener
 	listen := func() error {
 		lc := net.ListenConfig{Control: freebind}
-		var err error
-		l, err = lc.Listen(ctx, "tcp", s.cfg.Listen)
-		if err != nil {
-			return err
-		}
-		// The same port for UDP as TCP got (it matters with port 0).
-		pc, err = lc.ListenPacket(ctx, "udp", l.Addr().String())
-		if err != nil {
+		_, port, _ := net.SplitHostPort(s.cfg.Listen)
+		for attempt := 0; ; attempt++ {
+			var err error
+			l, err = lc.Listen(ctx, "tcp", s.cfg.Listen)
+			if err != nil {
+				return err
+			}
+			// The same port for UDP as TCP got (it matters with port 0).
+			pc, err = lc.ListenPacket(ctx, "udp", l.Addr().String())
+			if err == nil {
+				return nil
+			}
 			l.Close()
+			// With port 0 the port TCP got may be taken for UDP: another.
+			if port != "0" || attempt == 20 {
+				return err
+			}
 		}
-		return err
 	}
 	var err error
 	if s.cfg.NetNSPath != "" {

@@ -77,8 +77,18 @@ func (f *fakeStreamer) AttachMode(ctx context.Context, ref ContainerRef) (Attach
 }
 
 // Attach echoes stdin back as "got LINE"; on a terminal it first
-// reports the first size.
+// reports the first size. It reads stdin all along, as a container's
+// attach does: over a websocket, a frame of stdin no one reads holds up
+// the frames behind it, the terminal's size among them.
 func (f *fakeStreamer) Attach(ctx context.Context, ref ContainerRef, s Streams) error {
+	lines := make(chan string, 16)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(s.Stdin)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
 	if ref.Container == "term" {
 		if !s.TTY || s.Stderr != nil {
 			return fmt.Errorf("a terminal session with tty=%v and stderr %v", s.TTY, s.Stderr)
@@ -90,9 +100,8 @@ func (f *fakeStreamer) Attach(ctx context.Context, ref ContainerRef, s Streams) 
 			return ctx.Err()
 		}
 	}
-	sc := bufio.NewScanner(s.Stdin)
-	for sc.Scan() {
-		fmt.Fprintf(s.Stdout, "got %s\n", sc.Text())
+	for l := range lines {
+		fmt.Fprintf(s.Stdout, "got %s\n", l)
 	}
 	return nil
 }

@@ -2,12 +2,14 @@ package schedulertest
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -31,10 +33,26 @@ func NewClientset(objects ...runtime.Object) (*fake.Clientset, *Binder) {
 	return c, InstallBinding(c)
 }
 
-// InstallBinding makes c's pods/binding subresource bind pods.
+// InstallBinding makes c's pods/binding subresource bind pods, and c's
+// watches drain the fake tracker's as fast as it fills them.
 func InstallBinding(c *fake.Clientset) *Binder {
 	b := &Binder{}
 	tracker := c.Tracker()
+	// A watch of the fake tracker holds 100 events and panics when one
+	// more comes ("channel full"): the scheduler's 64 binders outran an
+	// informer on a busy machine. Each watch is moved at once into a
+	// queue of its own.
+	c.PrependWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		var opts metav1.ListOptions
+		if wa, ok := action.(k8stesting.WatchActionImpl); ok {
+			opts = wa.ListOptions
+		}
+		w, err := tracker.Watch(action.GetResource(), action.GetNamespace(), opts)
+		if err != nil {
+			return false, nil, err
+		}
+		return true, drained(w), nil
+	})
 	c.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		ca, ok := action.(k8stesting.CreateAction)
 		if !ok || ca.GetSubresource() != "binding" {
@@ -81,4 +99,67 @@ func setScheduled(pod *corev1.Pod) {
 		}
 	}
 	pod.Status.Conditions = append(pod.Status.Conditions, cond)
+}
+
+// drainedWatch reads its source as fast as it fills, and hands the events
+// on from a queue without bound.
+type drainedWatch struct {
+	src  watch.Interface
+	out  chan watch.Event
+	stop chan struct{}
+	once sync.Once
+}
+
+func drained(src watch.Interface) watch.Interface {
+	d := &drainedWatch{src: src, out: make(chan watch.Event), stop: make(chan struct{})}
+	in := make(chan []watch.Event, 1)
+	go func() {
+		defer close(in)
+		var queue []watch.Event
+		for {
+			var send chan []watch.Event
+			if len(queue) > 0 {
+				send = in
+			}
+			select {
+			case ev, ok := <-src.ResultChan():
+				if !ok {
+					if len(queue) > 0 {
+						select {
+						case in <- queue:
+						case <-d.stop:
+						}
+					}
+					return
+				}
+				queue = append(queue, ev)
+			case send <- queue:
+				queue = nil
+			case <-d.stop:
+				return
+			}
+		}
+	}()
+	go func() {
+		defer close(d.out)
+		for batch := range in {
+			for _, ev := range batch {
+				select {
+				case d.out <- ev:
+				case <-d.stop:
+					return
+				}
+			}
+		}
+	}()
+	return d
+}
+
+func (d *drainedWatch) ResultChan() <-chan watch.Event { return d.out }
+
+func (d *drainedWatch) Stop() {
+	d.once.Do(func() {
+		close(d.stop)
+		d.src.Stop()
+	})
 }

@@ -117,6 +117,11 @@ type Etcd struct {
 	URL string
 }
 
+// IsLeader says whether it leads the cluster now.
+func (e *Etcd) IsLeader() bool {
+	return e.e != nil && e.e.Server.Leader() == e.e.Server.MemberID()
+}
+
 // Stop stops it (idempotent).
 func (e *Etcd) Stop() {
 	if e.e != nil {
