@@ -60,7 +60,8 @@ type Options struct {
 	MaxBatchOps   int
 	MaxBatchBytes int
 	// MaxBatchDelay is how long a commit may wait for writers that are
-	// about to come back (see writeLoop). 0 means DefaultMaxBatchDelay, a
+	// about to come back, or for more writes when writes queued up during
+	// the last commit (see writeLoop). 0 means DefaultMaxBatchDelay, a
 	// negative value never waits.
 	MaxBatchDelay time.Duration
 	// LockTimeout is how long Open waits for another process to release

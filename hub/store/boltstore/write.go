@@ -126,11 +126,19 @@ func validKey(key string) error {
 // commit carries only about N/2 writes. So when the last commit carried
 // several writes, the loop waits up to MaxBatchDelay for as many again: the
 // writers just answered usually come back within microseconds, and a sync
-// costs milliseconds.
+// costs milliseconds. And when writes queued up while the last commit
+// synced — independent writers, such as a fleet's Lease renewals,
+// arriving faster than commits end — the loop waits up to MaxBatchDelay
+// for more of them: every commit costs an fsync, a meta page and the
+// b-tree pages it rewrites, a large share of a small write's CPU. A write
+// to an idle store, or a lone writer's next write, waits for nothing.
 func (s *Store) writeLoop() {
 	defer close(s.writerDone)
 	batch := make([]*writeOp, 0, s.opts.MaxBatchOps)
 	last := 0
+	// busy: writes arrived while the last commit synced — independent
+	// writers (a fleet's Lease renewals) outpace the commits.
+	busy := false
 	var linger *time.Timer
 	for {
 		var first *writeOp
@@ -152,14 +160,23 @@ func (s *Store) writeLoop() {
 				break gather
 			}
 		}
-		if last > 1 && len(batch) < last && s.opts.MaxBatchDelay > 0 && !full() {
+		var wait time.Duration
+		want := last
+		switch {
+		case s.opts.MaxBatchDelay <= 0 || full():
+		case busy:
+			wait, want = s.opts.MaxBatchDelay, s.opts.MaxBatchOps
+		case last > 1 && len(batch) < last:
+			wait = s.opts.MaxBatchDelay
+		}
+		if wait > 0 {
 			if linger == nil {
-				linger = time.NewTimer(s.opts.MaxBatchDelay)
+				linger = time.NewTimer(wait)
 			} else {
-				linger.Reset(s.opts.MaxBatchDelay)
+				linger.Reset(wait)
 			}
 		wait:
-			for len(batch) < last && !full() {
+			for len(batch) < want && !full() {
 				select {
 				case op := <-s.ops:
 					batch = append(batch, op)
@@ -173,6 +190,7 @@ func (s *Store) writeLoop() {
 		last = len(batch)
 		s.commit(batch)
 		clear(batch)
+		busy = len(s.ops) > 0
 	}
 }
 

@@ -1,0 +1,95 @@
+package boltstore
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// TestQueuedWritesWaitForCompany: a write that queued up while a commit
+// synced shares the next commit with one arriving within MaxBatchDelay,
+// while a write to an idle store is committed at once.
+func TestQueuedWritesWaitForCompany(t *testing.T) {
+	// Two writes fill a batch, and the delay would outlast the test: a
+	// batch that waits is committed by its second write, one that does
+	// not wait is committed alone.
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"), Options{MaxBatchOps: 2, MaxBatchDelay: time.Hour, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	create := func(key string) <-chan error {
+		errc := make(chan error, 1)
+		go func() {
+			_, err := s.Create(ctx, key, []byte("v"))
+			errc <- err
+		}()
+		return errc
+	}
+	wait := func(what string, errc <-chan error) {
+		t.Helper()
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s: not committed", what)
+		}
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			if ctx.Err() != nil {
+				t.Fatalf("waiting for %s", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+
+	wait("a write to an idle store", create("/k/idle"))
+
+	// Hold the commit after its transaction, before it is answered: a
+	// write arriving meanwhile queues up.
+	rev := s.rev.Load()
+	s.hub.mu.Lock()
+	// Queued by hand, to know when the write loop has taken each.
+	enqueue := func(key string) <-chan error {
+		op := &writeOp{ctx: ctx, kind: opCreate, key: key, value: []byte("v"), done: make(chan writeResult, 1)}
+		s.ops <- op
+		errc := make(chan error, 1)
+		go func() { errc <- (<-op.done).err }()
+		return errc
+	}
+	first := enqueue("/k/first")
+	waitFor("the first write's transaction", func() bool { return s.rev.Load() > rev })
+	queued := enqueue("/k/queued")
+	s.hub.mu.Unlock()
+	wait("the first write", first)
+	waitFor("the queued write to be taken", func() bool { return len(s.ops) == 0 })
+	// Long enough for a commit that does not wait to be done.
+	time.Sleep(50 * time.Millisecond)
+	late := create("/k/late")
+	wait("the queued write", queued)
+	wait("the late write", late)
+
+	if got, want := batchSizes(t, s), "4 writes in 3 commits"; got != want {
+		t.Errorf("%s, want %s (the queued and the late write together)", got, want)
+	}
+}
+
+func batchSizes(t *testing.T, s *Store) string {
+	t.Helper()
+	var m dto.Metric
+	if err := s.met.batch.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%v writes in %d commits", m.GetHistogram().GetSampleSum(), m.GetHistogram().GetSampleCount())
+}
