@@ -21,6 +21,7 @@ import (
 	"flotilla.dev/flotilla/hub/pki"
 	"flotilla.dev/flotilla/internal/config"
 	"flotilla.dev/flotilla/internal/configcheck"
+	"flotilla.dev/flotilla/internal/memlimit"
 )
 
 // DefaultConfigFile is the file serve reads unless --config names another.
@@ -77,6 +78,9 @@ func validateConfig(serve *cobra.Command, file string) error {
 		errs = append(errs, fmt.Errorf("--tls-san: %w", err))
 	}
 	errs = append(errs, checkStore(v.GetString("store"), etcdFromFlags(v)))
+	if _, err := memlimit.Parse(v.GetString("memory-limit")); err != nil {
+		errs = append(errs, fmt.Errorf("--memory-limit: %w", err))
+	}
 	if err := (validation.PodSecurity{Default: v.GetString("pod-security-default")}).Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("--pod-security-default: %w", err))
 	}

@@ -73,6 +73,8 @@ func TestConfigCheckRefuses(t *testing.T) {
 		"endpoints without etcd": {"etcd-endpoints: [http://10.0.0.1:2379]\n", []string{`--store is "bbolt": set --store etcd`}},
 		"short interval": {"source-url: https://git.example/fleet.git\nsource-interval: 100ms\n",
 			[]string{"the source given with --source-*: spec.interval", "must be at least 1s"}},
+		"bad memory limit":  {"listen: :6443\nmemory-limit: 1GB\n", []string{`:2: memory-limit: "1GB": want a quantity such as 1Gi`}},
+		"tiny memory limit": {"memory-limit: 1\n", []string{`:1: memory-limit: "1" is 1 bytes, below the 64Mi`}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			file := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".yaml")

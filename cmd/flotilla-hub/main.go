@@ -19,6 +19,7 @@ import (
 	"flotilla.dev/flotilla/hub/join"
 	"flotilla.dev/flotilla/hub/store/etcdstore"
 	"flotilla.dev/flotilla/internal/config"
+	"flotilla.dev/flotilla/internal/memlimit"
 	"flotilla.dev/flotilla/internal/version"
 )
 
@@ -69,6 +70,9 @@ func newServe() *cobra.Command {
 			}
 			log := newLogger(v.GetString("log-level"))
 			slog.SetDefault(log)
+			if err := setMemoryLimit(v.GetString("memory-limit"), log); err != nil {
+				return err
+			}
 			hubLoops, public, err := loops(v, log)
 			if err != nil {
 				return err
@@ -117,9 +121,35 @@ func newServe() *cobra.Command {
 	f.String("etcd-certfile", "", "the hub's client certificate for etcd (with --etcd-keyfile)")
 	f.String("etcd-keyfile", "", "the key of --etcd-certfile")
 	f.String("etcd-prefix", etcdstore.DefaultPrefix, "the etcd key prefix; hubs of one fleet use the same one")
+	f.String("memory-limit", memlimit.Auto, "soft limit of the hub's Go memory, past which it collects garbage harder instead of growing (the runtime's GOMEMLIMIT, which wins when set): a quantity such as 1Gi or 1536Mi (1GiB as GOMEMLIMIT writes it), 0 or off for none, or auto: 90% of the memory limit of the hub's cgroup, none when it has none")
 	f.Bool("profiling", true, "serve Go's CPU, heap and goroutine profiles to admins under "+hub.PathProfiles+" (kube-apiserver's --profiling)")
 	addSourceFlags(f)
 	return cmd
+}
+
+// setMemoryLimit gives the runtime the --memory-limit, the cgroup's or
+// GOMEMLIMIT's, and says which at start: a hub near its limit spends
+// more CPU collecting, and the operator reading why should find the
+// limit in the log.
+func setMemoryLimit(value string, log *slog.Logger) error {
+	s, err := memlimit.Parse(value)
+	if err != nil {
+		return fmt.Errorf("--memory-limit: %w", err)
+	}
+	d, err := memlimit.Choose(s, memlimit.System())
+	if err != nil {
+		// Only auto reads files: a cgroup the hub cannot make out
+		// does not stop it.
+		log.Warn("no memory limit: the cgroup's could not be read", "err", err)
+		return nil
+	}
+	d.Apply()
+	if d.Limit == 0 {
+		log.Info("no memory limit: between collections the heap grows to twice what is live", "why", d.Source)
+		return nil
+	}
+	log.Info("memory limit", "limit", memlimit.Format(d.Limit), "bytes", d.Limit, "from", d.Source)
+	return nil
 }
 
 func etcdFromFlags(v *viper.Viper) hub.EtcdConfig {
