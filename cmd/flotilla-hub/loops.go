@@ -70,7 +70,7 @@ func loops(v *viper.Viper, log *slog.Logger) ([]hub.Loop, map[string]http.Handle
 				if err != nil {
 					return err
 				}
-				return controllerutil.RunElected(ctx, client, election(GitOpsLeaseName), func(ctx context.Context) error {
+				return controllerutil.RunCandidate(ctx, client, election(GitOpsLeaseName), func(ctx context.Context) error {
 					return controller.New(controller.Config{DataDir: dataDir, Sources: sources, Hooks: hooks, Log: log}).Run(ctx, cfg)
 				})
 			}},

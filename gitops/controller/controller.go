@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -128,7 +129,7 @@ func (c *Controller) Run(ctx context.Context, rc *rest.Config) error {
 	go c.inf.Run(ctx.Done())
 
 	for i := range c.cfg.Sources {
-		if err := c.ensureSource(ctx, &c.cfg.Sources[i]); err != nil {
+		if err := c.ensureSourceRetrying(ctx, &c.cfg.Sources[i]); err != nil {
 			return err
 		}
 	}
@@ -229,6 +230,56 @@ func (c *Controller) cloneDir(key string) string {
 	return filepath.Join(c.cfg.DataDir, "sources", filepath.FromSlash(key))
 }
 
+// Backoff between attempts to write a source given at start.
+const (
+	ensureBackoffStart = 200 * time.Millisecond
+	ensureBackoffMax   = 10 * time.Second
+)
+
+// ensureSourceRetrying is ensureSource until it succeeds, the API turns
+// the source away (an error a retry cannot change), or ctx ends. What
+// may pass (a hub restarting under its own loops, a connection lost, a
+// conflict, a 429) is logged and tried again: the loop ending on it
+// would end the hub.
+func (c *Controller) ensureSourceRetrying(ctx context.Context, want *v1alpha1.GitSource) error {
+	backoff := ensureBackoffStart
+	for {
+		err := c.ensureSource(ctx, want)
+		if err == nil || ctx.Err() != nil {
+			return nil
+		}
+		if !retriable(err) {
+			return err
+		}
+		c.log.Warn("source given at start not written yet, will retry", "source", want.Namespace+"/"+want.Name, "in", backoff, "err", err)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return nil
+		}
+		backoff = min(2*backoff, ensureBackoffMax)
+	}
+}
+
+// retriable tells whether a request that failed with err may succeed
+// when sent again unchanged: not when the API answered that the request
+// itself is wrong or not allowed. Anything else may pass: a connection
+// lost before the answer (a *url.Error) or while reading it (client-go
+// says so in a plain error), the hub busy or starting, a conflict.
+func retriable(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return true
+	}
+	switch status.Status().Code {
+	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound,
+		http.StatusMethodNotAllowed, http.StatusNotAcceptable, http.StatusRequestEntityTooLarge,
+		http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity:
+		return false
+	}
+	return true
+}
+
 // ensureSource creates a source given at start, or makes its spec the
 // one given, keeping its status.
 func (c *Controller) ensureSource(ctx context.Context, want *v1alpha1.GitSource) error {
@@ -264,7 +315,8 @@ func (c *Controller) ensureSource(ctx context.Context, want *v1alpha1.GitSource)
 			return err
 		}
 		_, err = client.Update(ctx, u, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) && attempt < 5 {
+		// Changed or deleted since it was read: read it again.
+		if (apierrors.IsConflict(err) || apierrors.IsNotFound(err)) && attempt < 5 {
 			continue
 		}
 		if err != nil {

@@ -24,8 +24,10 @@
 //     flotilla-system), so that several hubs can run and only one runs each
 //     loop. Disabled, RunElected simply calls run(ctx). On losing the lease
 //     the loop's context is cancelled, the loop is waited for, and
-//     ErrLeaderLost is returned; the caller decides (the hub exits, as
-//     Kubernetes' components do, since its caches may be stale).
+//     ErrLeaderLost is returned. RunCandidate, which the hub uses, then
+//     stands again: unlike Kubernetes' controller manager, a hub that
+//     exited would take its API away from its devices too, and a loop
+//     that leads again starts afresh, its caches listed anew.
 //
 // How a pod is judged (ready, available, active, mirror) is not here but
 // in api/podutil, because flotctl and the agent judge pods too.

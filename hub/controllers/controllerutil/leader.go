@@ -171,3 +171,20 @@ func RunElected(ctx context.Context, client kubernetes.Interface, le LeaderElect
 		return fmt.Errorf("lease %s/%s held by %s: %w", le.Namespace, le.LeaseName, le.Identity, ErrLeaderLost)
 	}
 }
+
+// RunCandidate is RunElected for as long as ctx lasts: a candidate that
+// loses the lease (it could not renew it in time, or another candidate
+// took it) becomes a candidate again once run has returned, instead of
+// ending the process. In a hub that is what keeps its API serving its
+// devices: only the loop stops, and when it leads again, run starts
+// afresh, its caches listed anew. It returns run's own error, or nil
+// when ctx ended.
+func RunCandidate(ctx context.Context, client kubernetes.Interface, le LeaderElection, run func(ctx context.Context) error) error {
+	for {
+		err := RunElected(ctx, client, le, run)
+		if !errors.Is(err, ErrLeaderLost) {
+			return err
+		}
+		slog.Default().Warn("lost the lease; a candidate again", "lease", le.LeaseName, "err", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -109,7 +110,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if le.LeaseName == "" {
 		le.LeaseName = LeaseName
 	}
-	return controllerutil.RunElected(ctx, client, le, func(ctx context.Context) error {
+	return controllerutil.RunCandidate(ctx, client, le, func(ctx context.Context) error {
 		return RunWithClients(ctx, client, meta, dyn, opts)
 	})
 }
@@ -125,8 +126,8 @@ func RunWithClients(ctx context.Context, client kubernetes.Interface, meta metad
 	// changes, and a periodic full pass would only cost CPU.
 	env := loopEnv{
 		client: client, meta: meta, dyn: dyn, opts: opts,
-		factory:     informers.NewSharedInformerFactory(client, 0),
-		metaFactory: metadatainformer.NewSharedInformerFactory(meta, 0),
+		factory:     informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(dropManagedFields)),
+		metaFactory: metadatainformer.NewSharedInformerFactoryWithOptions(meta, 0, metadatainformer.WithTransform(dropManagedFields)),
 		dynFactory:  dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0),
 	}
 	if !slices.Contains(opts.Disable, Rollout) {
@@ -179,6 +180,19 @@ func RunWithClients(ctx context.Context, client kubernetes.Interface, meta metad
 	// One loop down means the manager is not whole: stop and let the
 	// caller restart.
 	return run.Group{Loops: loops}.Run(ctx)
+}
+
+// dropManagedFields empties an object's managedFields before an informer
+// stores it. No loop reads them, and they are a third of a Node's or a
+// Lease's decoded size: at 10,000 devices, tens of megabytes the hub would
+// otherwise keep twice (once in its watch cache, once here). An update
+// built from an informer's copy sends no managedFields, and the API keeps
+// the stored ones, as kube-apiserver does.
+func dropManagedFields(o any) (any, error) {
+	if m, err := meta.Accessor(o); err == nil && m.GetManagedFields() != nil {
+		m.SetManagedFields(nil)
+	}
+	return o, nil
 }
 
 // loopEnv is what a loop is built from: the shared clients and
