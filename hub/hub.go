@@ -129,6 +129,30 @@ const (
 	MaxHeaderBytes = 64 << 10
 )
 
+// HTTP/2. Every device keeps one connection to the hub for as long as it
+// runs, so what the server keeps per connection is multiplied by the
+// fleet; these bound the two parts of it that Go sizes for browsers.
+const (
+	// HeaderTableSize bounds the HPACK table (RFC 7541) in which the hub
+	// encodes its answers to 1 KiB instead of 4 KiB. It still holds what
+	// the hub repeats in every answer (content type, status, date), and
+	// the encoder announces the smaller size itself, in its first block.
+	//
+	// The table decoding requests keeps HTTP/2's initial 4 KiB: a client
+	// encodes its first requests on a new connection for that size, before
+	// it has read the hub's SETTINGS. Announcing less made Go's server
+	// decode them with the smaller table from the start, and a restarted
+	// hub, meeting clients that open many watches at once, closed their
+	// connections with COMPRESSION_ERROR (RFC 9113 6.5.2 warns that a
+	// smaller table is not interoperable).
+	HeaderTableSize = 1 << 10
+	// MaxReadFrameSize is the largest frame a client may send: HTTP/2's
+	// own default of 16 KiB instead of Go's 1 MiB. The server keeps a
+	// read buffer as large as the largest frame a connection has sent
+	// for the rest of its life; bigger bodies come in more frames.
+	MaxReadFrameSize = 16 << 10
+)
+
 // Loop is a long-running part that works through the hub's own API.
 type Loop struct {
 	Name string
@@ -429,6 +453,10 @@ func (h *Hub) Run(ctx context.Context) error {
 		MaxHeaderBytes:    MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(h.log.Handler(), slog.LevelDebug),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
+		HTTP2: &http.HTTP2Config{
+			MaxEncoderHeaderTableSize: HeaderTableSize,
+			MaxReadFrameSize:          MaxReadFrameSize,
+		},
 	}
 	// The node authorizer and the loops work through the API: they start
 	// once it is ready.

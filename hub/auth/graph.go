@@ -177,6 +177,13 @@ func (g *Graph) Synced() bool {
 // Run keeps the graph current from a watch of pods through the API at cfg
 // until ctx ends. The informer keeps only what the graph needs of each pod.
 func (g *Graph) Run(ctx context.Context, cfg *rest.Config) error {
+	// It watches every pod of the fleet, in protobuf as the loops do:
+	// while a DaemonSet rolled out to 10,000 devices, decoding watch
+	// events in JSON (its and the garbage collector's metadata, which
+	// has no protobuf) was 4 % of the hub's CPU.
+	cfg = rest.CopyConfig(cfg)
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("node authorizer: %w", err)
