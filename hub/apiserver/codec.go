@@ -106,13 +106,19 @@ func parseFieldValidation(r *http.Request) (fieldValidation, error) {
 	}
 }
 
+// isProtobuf: the request body is in Kubernetes' protobuf encoding.
+func isProtobuf(r *http.Request) bool {
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return ct == mediaProtobuf
+}
+
 // bodyToJSON returns the request body as JSON, converting YAML.
 func bodyToJSON(r *http.Request, body []byte) ([]byte, error) {
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch ct {
 	case "", "application/json", "application/merge-patch+json", "application/json-patch+json", "application/strategic-merge-patch+json":
 		return body, nil
-	case "application/vnd.kubernetes.protobuf":
+	case mediaProtobuf:
 		// client-go's generated clients send protobuf; the rest of the
 		// request path works on JSON.
 		obj, _, err := protobufSerializer.Decode(body, nil, nil)

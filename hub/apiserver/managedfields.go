@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	"sigs.k8s.io/structured-merge-diff/v6/typed"
 
 	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/defaults"
@@ -66,7 +68,27 @@ type fieldManagers struct {
 	typeConverter func() (managedfields.TypeConverter, error)
 
 	mu       sync.Mutex
-	managers map[fieldManagerKey]*managedfields.FieldManager
+	managers map[fieldManagerKey]*fieldManager
+}
+
+// fieldManager is the FieldManager of one kind and endpoint, with what
+// ownedUpdate needs to answer the common update without it.
+type fieldManager struct {
+	m           *managedfields.FieldManager
+	apiVersion  string
+	subresource string
+	// reset drops the fields a write through this endpoint cannot own.
+	reset fieldpath.Filter
+	// schema is an empty object of the kind, typed: what reconciling a
+	// field set with the schema needs.
+	schema *typed.TypedValue
+	// owned: ownedUpdate may answer for this kind (its schema types every
+	// field it can compare).
+	owned bool
+	// sets are managedFields sets already parsed and checked, by their
+	// encoding (nil: one the FieldManager would rewrite).
+	sets     sync.Map
+	setCount atomic.Int64
 }
 
 type fieldManagerKey struct {
@@ -75,7 +97,7 @@ type fieldManagerKey struct {
 }
 
 func newFieldManagers(tc managedfields.TypeConverter) *fieldManagers {
-	f := &fieldManagers{managers: map[fieldManagerKey]*managedfields.FieldManager{}}
+	f := &fieldManagers{managers: map[fieldManagerKey]*fieldManager{}}
 	if tc != nil {
 		f.typeConverter = func() (managedfields.TypeConverter, error) { return tc, nil }
 	} else {
@@ -108,6 +130,14 @@ func TypeConverter(docs *openapi.Server) (managedfields.TypeConverter, error) {
 // get returns the field manager of res written through subresource (""
 // "status" or "scale").
 func (f *fieldManagers) get(res *api.Resource, subresource string) (*managedfields.FieldManager, error) {
+	fm, err := f.manager(res, subresource)
+	if err != nil {
+		return nil, err
+	}
+	return fm.m, nil
+}
+
+func (f *fieldManagers) manager(res *api.Resource, subresource string) (*fieldManager, error) {
 	key := fieldManagerKey{res, subresource}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -122,27 +152,31 @@ func (f *fieldManagers) get(res *api.Resource, subresource string) (*managedfiel
 	// The fields a write through this endpoint cannot change: nobody owns
 	// them by writing there (the status through the main resource, the
 	// rest through status), as the reset fields of Kubernetes' strategies.
-	var reset map[fieldpath.APIVersion]fieldpath.Filter
+	var filter fieldpath.Filter
 	switch {
 	case subresource == "status":
-		reset = map[fieldpath.APIVersion]fieldpath.Filter{
-			fieldpath.APIVersion(gv.String()): fieldpath.NewIncludeMatcherFilter(fieldpath.MakePrefixMatcherOrDie("status")),
-		}
+		filter = fieldpath.NewIncludeMatcherFilter(fieldpath.MakePrefixMatcherOrDie("status"))
 	case subresource == "scale":
-		reset = map[fieldpath.APIVersion]fieldpath.Filter{
-			fieldpath.APIVersion(gv.String()): fieldpath.NewIncludeMatcherFilter(fieldpath.MakePrefixMatcherOrDie("spec", "replicas")),
-		}
+		filter = fieldpath.NewIncludeMatcherFilter(fieldpath.MakePrefixMatcherOrDie("spec", "replicas"))
 	case res.HasStatus:
-		reset = map[fieldpath.APIVersion]fieldpath.Filter{
-			fieldpath.APIVersion(gv.String()): fieldpath.NewExcludeSetFilter(fieldpath.NewSet(fieldpath.MakePathOrDie("status"))),
-		}
+		filter = fieldpath.NewExcludeSetFilter(fieldpath.NewSet(fieldpath.MakePathOrDie("status")))
+	}
+	var reset map[fieldpath.APIVersion]fieldpath.Filter
+	if filter != nil {
+		reset = map[fieldpath.APIVersion]fieldpath.Filter{fieldpath.APIVersion(gv.String()): filter}
 	}
 	m, err := managedfields.NewDefaultFieldManager(tc, api.Scheme, hubDefaulter{}, api.Scheme, res.GVK(), gv, subresource, reset)
 	if err != nil {
 		return nil, fmt.Errorf("apiserver: field manager of %s: %w", res.GVR.Resource, err)
 	}
-	f.managers[key] = m
-	return m, nil
+	fm := &fieldManager{m: m, apiVersion: gv.String(), subresource: subresource, reset: filter}
+	empty := res.New()
+	empty.GetObjectKind().SetGroupVersionKind(res.GVK())
+	if fm.schema, err = tc.ObjectToTyped(empty, typed.AllowDuplicates); err == nil {
+		fm.owned = typesEveryField(tc, res)
+	}
+	f.managers[key] = fm
+	return fm, nil
 }
 
 // hubDefaulter defaults what an apply merged as a create or update would
@@ -161,15 +195,19 @@ func (f *fieldManagers) record(res *api.Resource, subresource string, live, obj 
 	if o.subresource != "" {
 		subresource = o.subresource
 	}
-	m, err := f.get(res, subresource)
+	fm, err := f.manager(res, subresource)
 	if err != nil {
 		return obj
 	}
 	if live == nil {
 		live = res.New()
 		live.GetObjectKind().SetGroupVersionKind(res.GVK())
+	} else if fm.owned {
+		if out, ok := fm.ownedUpdate(live, obj, o.manager); ok {
+			return out
+		}
 	}
-	return m.UpdateNoErrors(live, obj, o.manager)
+	return fm.m.UpdateNoErrors(live, obj, o.manager)
 }
 
 // applyOptions are the query parameters of a server-side apply.

@@ -2,9 +2,12 @@ package apiserver
 
 import (
 	"testing"
+	"time"
 
+	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/defaults"
@@ -42,4 +45,24 @@ func BenchmarkRecordManagedFields(b *testing.B) {
 			f.record(res, "", live, next, o)
 		}
 	})
+}
+
+// BenchmarkRecordLease measures recording managedFields for a Lease
+// renewal: its holder changing only spec.renewTime, which it owns.
+func BenchmarkRecordLease(b *testing.B) {
+	f := newFieldManagers(nil)
+	res, _ := api.ResourceForKind(coordv1.SchemeGroupVersion.WithKind("Lease"))
+	now := metav1.NewMicroTime(time.Now())
+	l := &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "d", Namespace: "kube-node-lease", UID: "u", ResourceVersion: "5", Generation: 1},
+		Spec: coordv1.LeaseSpec{HolderIdentity: ptr.To("d"), LeaseDurationSeconds: ptr.To(int32(40)), RenewTime: &now}}
+	l.SetGroupVersionKind(res.GVK())
+	o := owner{manager: "fleetsim", track: true}
+	live := f.record(res, "", nil, l.DeepCopy(), o).(*coordv1.Lease)
+	b.ReportAllocs()
+	for b.Loop() {
+		next := live.DeepCopy()
+		t := metav1.NewMicroTime(time.Now())
+		next.Spec.RenewTime = &t
+		f.record(res, "", live, next, o)
+	}
 }

@@ -212,6 +212,11 @@ func readObject(w http.ResponseWriter, r *http.Request, ri *requestInfo) (runtim
 	if err != nil {
 		return nil, false, err
 	}
+	if isProtobuf(r) {
+		// The JSON was just encoded from a typed object: it has no
+		// unknown or duplicate fields for a strict decoding to find.
+		fv = validationIgnore
+	}
 	obj, warnings, err := decodeBody(ri.Resource, data, fv)
 	if err != nil {
 		return nil, false, err

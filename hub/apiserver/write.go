@@ -174,7 +174,8 @@ type updateFunc func(cur runtime.Object) (runtime.Object, error)
 
 // update reads the current object, applies fn, admits the result and
 // writes it with compare-and-swap, retrying when another writer got there
-// first (fn decides whether a stale resourceVersion is a conflict).
+// first (fn decides whether a stale resourceVersion is a conflict). The
+// encoding it returns may be nil (writeObject encodes the object).
 // subresource "status" writes only status; "" everything but status;
 // "internal" both (bindings and the hub's own changes). o records who
 // wrote it in managedFields, as create's.
@@ -197,12 +198,10 @@ func (s *Server) update(ctx context.Context, res *api.Resource, ns, name, subres
 		if err != nil {
 			return nil, nil, false, toStatusError(err, res, name)
 		}
-		cur, err := decodeStored(res, kv.Value)
+		cur, err := s.current(res, ns, name, kv)
 		if err != nil {
 			return nil, nil, false, apierrors.NewInternalError(err)
 		}
-		curMeta, _ := meta.Accessor(cur)
-		curMeta.SetResourceVersion(strconv.FormatInt(kv.ModRevision, 10))
 		obj, err := fn(cur.DeepCopyObject())
 		if err != nil {
 			return nil, nil, false, err
@@ -242,7 +241,7 @@ func (s *Server) update(ctx context.Context, res *api.Resource, ns, name, subres
 		}
 		if apiequality.Semantic.DeepEqual(obj, cur) {
 			// Nothing changed: no write, no event, the same resourceVersion.
-			return cur, mustEncode(res, cur), false, nil
+			return cur, nil, false, nil
 		}
 		data, err := encodeObject(res, obj)
 		if err != nil {
@@ -273,9 +272,26 @@ func (s *Server) update(ctx context.Context, res *api.Resource, ns, name, subres
 		}
 		release(true)
 		m.SetResourceVersion(strconv.FormatInt(rev, 10))
-		out, err := encodeObject(res, obj)
-		return obj, out, false, err
+		// Encoded when answered, in what the client asked for: the
+		// agents ask for protobuf.
+		return obj, nil, false, nil
 	}
+}
+
+// current decodes the stored object kv, with its resourceVersion. The
+// watch cache has usually decoded it already: its copy at the same
+// revision is the same object, and copying it is cheaper than decoding.
+func (s *Server) current(res *api.Resource, ns, name string, kv store.KV) (runtime.Object, error) {
+	if co := s.cache.get(res, ns, name); co != nil && co.rev == kv.ModRevision {
+		return co.obj.DeepCopyObject(), nil
+	}
+	cur, err := decodeStored(res, kv.Value)
+	if err != nil {
+		return nil, err
+	}
+	m, _ := meta.Accessor(cur)
+	m.SetResourceVersion(strconv.FormatInt(kv.ModRevision, 10))
+	return cur, nil
 }
 
 // dropManagedFields encodes obj without its managedFields when they alone

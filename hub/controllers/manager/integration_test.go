@@ -183,6 +183,20 @@ func TestRollingUpdateOnDevices(t *testing.T) {
 	waitFor(t, "the rollout to v2", 60*time.Second, complete(c, "shop", 3))
 	stopWatch()
 	wg.Wait()
+	// The loops' informers keep no managedFields, so their updates send
+	// none: the API must keep the stored entries, the user's among them.
+	d, err := c.AppsV1().Deployments("default").Get(ctx, "shop", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec, status bool
+	for _, e := range d.ManagedFields {
+		spec = spec || e.Subresource == ""
+		status = status || e.Subresource == "status"
+	}
+	if !spec || !status {
+		t.Errorf("the Deployment's managedFields lost an entry after the loops updated it (spec kept %v, status kept %v): %+v", spec, status, d.ManagedFields)
+	}
 	if minAvail < 3 {
 		t.Errorf("available replicas dropped to %d during the rollout", minAvail)
 	}
