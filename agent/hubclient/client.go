@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
+
+	"flotilla.dev/flotilla/agent/watchmux"
 )
 
 // Interface is the part of the hub's API the agent uses.
@@ -77,6 +79,8 @@ func NewForConfig(c *rest.Config) (*Clientset, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hub client: %w", err)
 	}
+	// All of the agent's watches on one stream to the hub.
+	httpClient.Transport = watchmux.New(httpClient.Transport)
 	var cs Clientset
 	if cs.core.rest, err = groupClient(&cfg, httpClient, "/api", corev1.SchemeGroupVersion); err != nil {
 		return nil, err

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"flotilla.dev/flotilla/agent/hubclient"
+	"flotilla.dev/flotilla/api/agentapi"
 	"flotilla.dev/flotilla/hub/hubtest"
 )
 
@@ -28,13 +29,22 @@ import (
 type contentTypes struct {
 	mu   sync.Mutex
 	seen map[string]bool
-	next http.RoundTripper
+	// streams counts the watches' streams opened, watchGETs the watches
+	// sent as GETs of their own.
+	streams, watchGETs int
+	next               http.RoundTripper
 }
 
 func (c *contentTypes) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.mu.Lock()
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		c.seen[ct] = true
+	switch {
+	case r.URL.Path == agentapi.PathWatches:
+		// The watches' stream: its body names them, in JSON.
+		c.streams++
+	case r.URL.Query().Get("watch") != "":
+		c.watchGETs++
+	case r.Header.Get("Content-Type") != "":
+		c.seen[r.Header.Get("Content-Type")] = true
 	}
 	c.mu.Unlock()
 	return c.next.RoundTrip(r)
@@ -175,6 +185,9 @@ func TestAgainstHub(t *testing.T) {
 	defer sent.mu.Unlock()
 	if !sent.seen["application/vnd.kubernetes.protobuf"] || len(sent.seen) > 3 {
 		t.Errorf("request bodies sent as %v, want protobuf (and the patches' types)", sent.seen)
+	}
+	if sent.streams == 0 || sent.watchGETs > 0 {
+		t.Errorf("%d watches' streams opened and %d watches sent as GETs; want the watches on streams only", sent.streams, sent.watchGETs)
 	}
 }
 

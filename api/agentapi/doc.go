@@ -22,6 +22,9 @@
 //   - Node labels (labels.go): the "k=v,k2=v2" syntax of --labels, on the
 //     agent and on join tokens, and the Kubernetes rules for keys and
 //     values (ParseLabels, ValidateLabels).
+//   - Multiplexed watches (watches.go): the path a device POSTs its
+//     watches to (PathWatches), the request naming them (WatchesRequest)
+//     and the frames of the answer (Frame, AppendFrame, ReadFrame).
 //   - Usage reports (usage.go): the path a device POSTs its usage to
 //     (PathUsage), the report's compact JSON (UsageReport) and its bound
 //     (MaxUsageReportBytes).

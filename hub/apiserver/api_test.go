@@ -379,17 +379,23 @@ func TestWatchResumeAndGone(t *testing.T) {
 		t.Fatalf("delete event: %s %v", ev.Type, ev.Object)
 	}
 	w.Stop()
-	// A restarted hub's watch history starts at the store's current
-	// revision, so resuming from before the restart must be 410 Gone (a
-	// client then relists) rather than silently missing events.
+	// A restarted hub replays its window from the store's history: a
+	// watch from before the restart resumes with what happened since.
 	h = h.Restart()
-	_, err = h.Client.CoreV1().ConfigMaps("default").Watch(c, metav1.ListOptions{ResourceVersion: first.ResourceVersion})
-	if err == nil {
-		t.Fatalf("watch from revision %s, before the restart: want 410, got a watch", first.ResourceVersion)
+	w, err = h.Client.CoreV1().ConfigMaps("default").Watch(c, metav1.ListOptions{ResourceVersion: first.ResourceVersion})
+	if err != nil {
+		t.Fatalf("watch from revision %s, before the restart: %v", first.ResourceVersion, err)
 	}
-	if !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
-		t.Fatalf("watch from a compacted revision: want 410, got %v", err)
+	defer w.Stop()
+	for i, want := range []struct {
+		typ  watch.EventType
+		name string
+	}{{watch.Added, "w1"}, {watch.Added, "w2"}, {watch.Added, "w3"}, {watch.Deleted, "w2"}} {
+		if ev := next(t, w); ev.Type != want.typ || ev.Object.(*corev1.ConfigMap).Name != want.name {
+			t.Fatalf("watch resumed after the restart, event %d: %s %v, want %s %s", i, ev.Type, ev.Object, want.typ, want.name)
+		}
 	}
+	// (One from before the window is 410 Gone: TestWindowReplayedAtStart.)
 }
 
 func next(t *testing.T, w watch.Interface) watch.Event {

@@ -1,15 +1,18 @@
 package apiserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -66,6 +69,11 @@ func (e *cacheEvent) protobuf() (obj, frame []byte) {
 		var err error
 		if e.protoObj, err = encodeProtobuf(e.res.GVK(), e.cur.obj); err == nil {
 			e.protoFrame = watchFrame(e.typ, e.protoObj)
+			// The object is the frame's last field: keep one copy of it,
+			// not two, for as long as the event is in the window.
+			if tail := e.protoFrame[max(len(e.protoFrame)-len(e.protoObj), 0):]; bytes.Equal(tail, e.protoObj) {
+				e.protoObj = tail
+			}
 		}
 	})
 	return e.protoObj, e.protoFrame
@@ -110,13 +118,23 @@ type watchCache struct {
 	ring     []*cacheEvent // the last len(ring) events, oldest at ringHead
 	ringHead int
 	ringLen  int
+	// byRes holds the ring's events again, by resource: a watch resuming
+	// after a hub restart (a fleet's every watch at once) takes the
+	// events of its resource since its revision from here, instead of
+	// scanning those of every resource, Lease renewals mostly.
+	byRes map[*api.Resource]*resEvents
 	// oldest is the revision after which every event is still in the ring:
 	// a watch may start from any rv >= oldest.
 	oldest   int64
 	watchers map[*api.Resource]*watcherSet
-	changed  chan struct{} // closed and replaced whenever rev moves
-	ready    chan struct{}
-	metrics  *metrics
+	// revNow is rev as last published (each event's end), readable
+	// without the lock; waiters are the reads waiting for a revision.
+	revNow  atomic.Int64
+	waiters revWaiters
+	ready   chan struct{}
+	// readyOnce closes ready, once the cache has caught up.
+	readyOnce sync.Once
+	metrics   *metrics
 	// unreadable are the objects of the store it cannot read, and reports
 	// the Events to write about them (unreadable.go).
 	unreadable map[*api.Resource]map[string]unreadableObject
@@ -147,8 +165,14 @@ type cacheWatcher struct {
 	keys    []string
 }
 
-func newCacheWatcher(res *api.Resource, limit int) *cacheWatcher {
-	return &cacheWatcher{res: res, ready: make(chan struct{}, 1), limit: limit}
+// newCacheWatcher makes a watcher that signals ready, or a channel of its
+// own when ready is nil. The watches of one multiplexed stream share one,
+// so that their handler waits on a single channel however many they are.
+func newCacheWatcher(res *api.Resource, limit int, ready chan struct{}) *cacheWatcher {
+	if ready == nil {
+		ready = make(chan struct{}, 1)
+	}
+	return &cacheWatcher{res: res, ready: ready, limit: limit}
 }
 
 // offer queues ce; false when the queue is full.
@@ -208,8 +232,8 @@ func newWatchCache(log *slog.Logger, st store.Store, window, bufferSize int, m *
 		bufferSize: bufferSize,
 		objects:    map[*api.Resource]map[string]*cachedObject{},
 		ring:       make([]*cacheEvent, window),
+		byRes:      map[*api.Resource]*resEvents{},
 		watchers:   map[*api.Resource]*watcherSet{},
-		changed:    make(chan struct{}),
 		ready:      make(chan struct{}),
 		metrics:    m,
 		unreadable: map[*api.Resource]map[string]unreadableObject{},
@@ -245,7 +269,26 @@ func (c *watchCache) Run(ctx context.Context) error {
 }
 
 func (c *watchCache) loadAndFollow(ctx context.Context, first bool) error {
-	kvs, rev, err := c.store.List(ctx, "/", 0)
+	// At start, the cache loads the state of a window's worth of
+	// revisions ago and replays the store's history since, so that its
+	// window holds the events before the hub (re)started: the agents of a fleet resume
+	// their watches from the revisions they had seen instead of each
+	// listing again. It is ready once it has caught up.
+	target, compacted, err := c.store.Revision(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the store's revision: %w", err)
+	}
+	from := max(target-int64(c.window), compacted, 1) // (0 would be the latest)
+	if !first || target == 0 {
+		// Reloaded while serving: never back in time.
+		from = 0
+	}
+	kvs, rev, err := c.store.List(ctx, "/", from)
+	if errors.Is(err, store.ErrCompacted) {
+		// Compacted meanwhile: start from the latest state, without a
+		// window.
+		kvs, rev, err = c.store.List(ctx, "/", 0)
+	}
 	if err != nil {
 		return fmt.Errorf("listing the store: %w", err)
 	}
@@ -284,6 +327,8 @@ func (c *watchCache) loadAndFollow(ctx context.Context, first bool) error {
 	c.rev = rev
 	c.oldest = rev
 	c.ringLen = 0
+	clear(c.ring)
+	c.byRes = map[*api.Resource]*resEvents{}
 	if !first {
 		for _, ws := range c.watchers {
 			ws.mu.Lock()
@@ -295,8 +340,12 @@ func (c *watchCache) loadAndFollow(ctx context.Context, first bool) error {
 	}
 	c.broadcastLocked()
 	c.mu.Unlock()
-	if first {
-		close(c.ready)
+	// Ready once caught up with the revision the store had at start —
+	// also when the first replay was cut short and this is a reload.
+	caughtUp := false
+	if rev >= target {
+		c.readyOnce.Do(func() { close(c.ready) })
+		caughtUp = true
 	}
 	ch, err := c.store.Watch(ctx, "/", rev)
 	if err != nil {
@@ -308,6 +357,11 @@ func (c *watchCache) loadAndFollow(ctx context.Context, first bool) error {
 		}
 		for _, ev := range res.Events {
 			c.apply(ev)
+		}
+		if !caughtUp && c.revision() >= target {
+			c.log.Info("watch cache caught up", "revision", target, "window from", rev)
+			c.readyOnce.Do(func() { close(c.ready) })
+			caughtUp = true
 		}
 	}
 	return ctx.Err()
@@ -365,6 +419,12 @@ func (c *watchCache) apply(ev store.Event) {
 		delete(c.unreadable[res], ce.key)
 		objs := c.objects[res]
 		ce.prev = objs[ce.key]
+		if ce.prev != nil && maps.Equal(ce.prev.fields, ce.cur.fields) {
+			// Most changes (a Lease renewed, a status reported) leave the
+			// selectable fields as they were: the versions in the window
+			// share one set instead of a map each.
+			ce.cur.fields = ce.prev.fields
+		}
 		switch {
 		case ev.Type == store.EventDelete:
 			ce.typ = watch.Deleted
@@ -400,15 +460,55 @@ func (c *watchCache) pushLocked(ce *cacheEvent) {
 		c.oldest = ce.rev
 		return
 	}
+	re := c.byRes[ce.res]
+	if re == nil {
+		re = &resEvents{}
+		c.byRes[ce.res] = re
+	}
+	re.push(ce)
 	if c.ringLen == c.window {
 		// The oldest event leaves the window: watches must now start after it.
-		c.oldest = c.ring[c.ringHead].rev
+		old := c.ring[c.ringHead]
+		c.oldest = old.rev
+		c.byRes[old.res].popOldest()
 		c.ring[c.ringHead] = ce
 		c.ringHead = (c.ringHead + 1) % c.window
 		return
 	}
 	c.ring[(c.ringHead+c.ringLen)%c.window] = ce
 	c.ringLen++
+}
+
+// resEvents is one resource's events in the window, oldest first.
+type resEvents struct {
+	evs  []*cacheEvent
+	head int // evs[head:] are in the window
+}
+
+func (r *resEvents) push(ce *cacheEvent) { r.evs = append(r.evs, ce) }
+
+// popOldest drops the oldest event, which has left the window.
+func (r *resEvents) popOldest() {
+	r.evs[r.head] = nil
+	r.head++
+	// Move the live events to the front once they are at most half of
+	// the slice: each is moved once on average.
+	if r.head >= 64 && 2*r.head >= len(r.evs) {
+		n := copy(r.evs, r.evs[r.head:])
+		clear(r.evs[n:])
+		r.evs, r.head = r.evs[:n], 0
+	}
+}
+
+// after is the events after revision rev, oldest first; the slice is
+// the cache's, valid while its lock is held.
+func (r *resEvents) after(rev int64) []*cacheEvent {
+	if r == nil {
+		return nil
+	}
+	live := r.evs[r.head:]
+	i := sort.Search(len(live), func(i int) bool { return live[i].rev > rev })
+	return live[i:]
 }
 
 // dropLocked: with c.mu and ws.mu held.
@@ -424,9 +524,10 @@ func (c *watchCache) dropLocked(ws *watcherSet, w *cacheWatcher) {
 	}
 }
 
+// broadcastLocked publishes rev and wakes the reads waiting for it.
 func (c *watchCache) broadcastLocked() {
-	close(c.changed)
-	c.changed = make(chan struct{})
+	c.revNow.Store(c.rev)
+	c.waiters.wake(c.rev)
 }
 
 // waitFor blocks until the cache has seen revision rev.
@@ -436,18 +537,14 @@ func (c *watchCache) waitFor(ctx context.Context, rev int64) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	for {
-		c.mu.RLock()
-		cur, ch := c.rev, c.changed
-		c.mu.RUnlock()
-		if cur >= rev {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	if c.revNow.Load() >= rev {
+		return nil
+	}
+	select {
+	case <-c.waiters.wait(rev, c.revNow.Load):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -491,6 +588,12 @@ func (f *filter) matches(co *cachedObject) bool {
 		return false
 	}
 	return true
+}
+
+// concerns tells whether a watch with filter f sends anything of ev:
+// the object matched after the change, or before it.
+func (f *filter) concerns(ev *cacheEvent) bool {
+	return f.matches(ev.cur) || ev.typ == watch.Modified && f.matches(ev.prev)
 }
 
 // applyUsage keeps a device's last usage report. A report that does not
@@ -577,7 +680,7 @@ var errTooOld = errors.New("too old resource version")
 // its write lock, so the backlog and the watcher's filing are still one
 // step to them, while the watches of a reconnecting fleet subscribe side
 // by side (the watcher set has its own lock for that).
-func (c *watchCache) subscribe(res *api.Resource, fromRev int64, initial bool, f *filter) (*cacheWatcher, []*cacheEvent, int64, error) {
+func (c *watchCache) subscribe(res *api.Resource, fromRev int64, initial bool, f *filter, ready chan struct{}) (*cacheWatcher, []*cacheEvent, int64, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var backlog []*cacheEvent
@@ -598,18 +701,17 @@ func (c *watchCache) subscribe(res *api.Resource, fromRev int64, initial bool, f
 		if fromRev < c.oldest {
 			return nil, nil, 0, fmt.Errorf("%w: %d (the oldest this hub can resume from is %d)", errTooOld, fromRev, c.oldest)
 		}
-		// The ring is in revision order: a watch resuming from a recent
-		// revision (every agent after a hub restart) looks at the events
-		// after it only, not at the whole window.
-		at := func(i int) *cacheEvent { return c.ring[(c.ringHead+i)%c.window] }
-		first := sort.Search(c.ringLen, func(i int) bool { return at(i).rev > fromRev })
-		for i := first; i < c.ringLen; i++ {
-			if ev := at(i); ev.res == res {
+		// Only the events of res after fromRev, and of those only the
+		// ones the watch will send: after a DaemonSet rolled out, the
+		// window holds every device's pod events, and each device's
+		// watch of its own pods resumes at once.
+		for _, ev := range c.byRes[res].after(fromRev) {
+			if f.concerns(ev) {
 				backlog = append(backlog, ev)
 			}
 		}
 	}
-	w := newCacheWatcher(res, c.bufferSize)
+	w := newCacheWatcher(res, c.bufferSize, ready)
 	c.watchers[res].add(w, f)
 	return w, backlog, c.rev, nil
 }
@@ -636,8 +738,4 @@ func (c *watchCache) watcherCount() int {
 	return n
 }
 
-func (c *watchCache) revision() int64 {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.rev
-}
+func (c *watchCache) revision() int64 { return c.revNow.Load() }

@@ -2,18 +2,23 @@ package apiserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/hub/store"
 	"flotilla.dev/flotilla/hub/store/boltstore"
 )
 
@@ -52,11 +57,11 @@ func putConfigMap(t *testing.T, st *boltstore.Store, name string) int64 {
 // and other watchers carry on, and memory stays bounded by the buffer.
 func TestSlowWatcherIsDropped(t *testing.T) {
 	c, st := newTestCache(t, 100, 4)
-	slow, _, _, err := c.subscribe(cmRes, 0, true, &filter{})
+	slow, _, _, err := c.subscribe(cmRes, 0, true, &filter{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fast, _, _, err := c.subscribe(cmRes, 0, true, &filter{})
+	fast, _, _, err := c.subscribe(cmRes, 0, true, &filter{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,10 +117,10 @@ func TestResumeOutsideWindow(t *testing.T) {
 	if err := c.waitFor(context.Background(), last); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := c.subscribe(cmRes, first, false, &filter{}); err == nil {
+	if _, _, _, err := c.subscribe(cmRes, first, false, &filter{}, nil); err == nil {
 		t.Fatal("resuming from a revision outside the window must fail")
 	}
-	_, backlog, _, err := c.subscribe(cmRes, last-2, false, &filter{})
+	_, backlog, _, err := c.subscribe(cmRes, last-2, false, &filter{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,4 +155,185 @@ func events(w *cacheWatcher) <-chan *cacheEvent {
 		}
 	}()
 	return ch
+}
+
+// TestProtobufEventKeepsOneCopy: an event's object in protobuf is the
+// tail of its frame, not a second copy held beside it.
+func TestProtobufEventKeepsOneCopy(t *testing.T) {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default"}, Data: map[string]string{"k": "v"}}
+	ev := &cacheEvent{typ: "ADDED", res: cmRes, cur: &cachedObject{obj: cm}}
+	obj, frame := ev.protobuf()
+	if len(obj) == 0 || len(frame) <= len(obj) {
+		t.Fatalf("object %d bytes, frame %d bytes", len(obj), len(frame))
+	}
+	if &obj[0] != &frame[len(frame)-len(obj)] {
+		t.Error("the event holds the object twice: once alone, once in its frame")
+	}
+}
+
+// TestWindowReplayedAtStart: a cache started on a store with history
+// holds the window's last events, so that watches from before a hub
+// restart resume; older ones are refused.
+func TestWindowReplayedAtStart(t *testing.T) {
+	st, err := boltstore.Open(filepath.Join(t.TempDir(), "state.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var revs []int64
+	for i := range 6 {
+		revs = append(revs, putConfigMap(t, st, fmt.Sprintf("c%d", i)))
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c := newWatchCache(log, st, 3, 10, newMetrics(nil, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = c.Run(ctx) }()
+	<-c.ready
+	if got := c.revision(); got != revs[5] {
+		t.Fatalf("ready at revision %d, want %d (caught up)", got, revs[5])
+	}
+	if n := len(c.objects[cmRes]); n != 6 {
+		t.Errorf("%d objects after the replay, want 6", n)
+	}
+	_, backlog, _, err := c.subscribe(cmRes, revs[2], false, &filter{}, nil)
+	if err != nil {
+		t.Fatalf("resuming from %d, inside the replayed window: %v", revs[2], err)
+	}
+	if len(backlog) != 3 || backlog[0].key != "default/c3" || backlog[2].key != "default/c5" || backlog[0].prev != nil {
+		t.Errorf("backlog from %d: %d events", revs[2], len(backlog))
+	}
+	if _, _, _, err := c.subscribe(cmRes, revs[1], false, &filter{}, nil); !errors.Is(err, errTooOld) {
+		t.Errorf("resuming from %d, before the window: %v, want too old", revs[1], err)
+	}
+}
+
+// failingFirstWatch is a store whose first watch fails at once, as a
+// watch too slow for the store's buffer does.
+type failingFirstWatch struct {
+	store.Store
+	failed atomic.Bool
+}
+
+func (s *failingFirstWatch) Watch(ctx context.Context, prefix string, fromRev int64) (<-chan store.WatchResult, error) {
+	if s.failed.CompareAndSwap(false, true) {
+		ch := make(chan store.WatchResult, 1)
+		ch <- store.WatchResult{Err: store.ErrWatcherTooSlow}
+		close(ch)
+		return ch, nil
+	}
+	return s.Store.Watch(ctx, prefix, fromRev)
+}
+
+// TestReadyAfterAReloadDuringTheReplay: a replay cut short (the store's
+// watch dropped the cache) reloads the latest state, and the cache is
+// ready then — not waiting for ever for the replay that ended.
+func TestReadyAfterAReloadDuringTheReplay(t *testing.T) {
+	st, err := boltstore.Open(filepath.Join(t.TempDir(), "state.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var last int64
+	for i := range 6 {
+		last = putConfigMap(t, st, fmt.Sprintf("c%d", i))
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c := newWatchCache(log, &failingFirstWatch{Store: st}, 3, 10, newMetrics(nil, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = c.Run(ctx) }()
+	select {
+	case <-c.ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cache is not ready 10 s after its replay was cut short")
+	}
+	if got := c.revision(); got != last {
+		t.Errorf("ready at revision %d, want %d", got, last)
+	}
+}
+
+// A resumed watch's backlog is the events of its resource after its
+// revision that its filter concerns, as a scan of the whole window would
+// find them, also once the window has turned over many times.
+func TestResumedBacklogIsTheWindowsEventsOfItsResource(t *testing.T) {
+	c, st := newTestCache(t, 100, 1000)
+	ctx := context.Background()
+	put := func(res *api.Resource, name string, labels map[string]string, rev int64) int64 {
+		t.Helper()
+		var obj runtime.Object = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels}}
+		if res == podRes {
+			obj = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels}}
+		}
+		data, err := encodeObject(res, obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := objectKey(res, "default", name)
+		if rev == 0 {
+			rev, err = st.Create(ctx, key, data)
+		} else {
+			rev, err = st.Update(ctx, key, data, rev)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rev
+	}
+	revs := map[string]int64{}
+	var last int64
+	for i := range 450 {
+		res, name := cmRes, fmt.Sprintf("cm%d", i%7)
+		if i%3 == 0 {
+			res, name = podRes, fmt.Sprintf("pod%d", i%5)
+		}
+		k := res.Kind + "/" + name
+		last = put(res, name, map[string]string{"half": fmt.Sprint(i % 2)}, revs[k])
+		revs[k] = last
+	}
+	if err := c.waitFor(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	half, err := labels.Parse("half=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	filters := map[string]*filter{"all": {}, "one name": {namespace: "default", name: "cm3"}, "a label": {labels: half}}
+	c.mu.RLock()
+	oldest, newest := c.oldest, c.rev
+	var ring []*cacheEvent
+	for i := range c.ringLen {
+		ring = append(ring, c.ring[(c.ringHead+i)%c.window])
+	}
+	c.mu.RUnlock()
+	if len(ring) != 100 {
+		t.Fatalf("the window holds %d events, want 100", len(ring))
+	}
+	for _, res := range []*api.Resource{cmRes, podRes} {
+		for fname, f := range filters {
+			for from := oldest; from <= newest; from += 7 {
+				var want []int64
+				for _, ev := range ring {
+					if ev.res == res && ev.rev > from && f.concerns(ev) {
+						want = append(want, ev.rev)
+					}
+				}
+				w, backlog, _, err := c.subscribe(res, from, false, f, nil)
+				if err != nil {
+					t.Fatalf("%s from %d: %v", res.Kind, from, err)
+				}
+				c.unsubscribe(w)
+				var got []int64
+				for _, ev := range backlog {
+					got = append(got, ev.rev)
+				}
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Errorf("%s, %s, from %d: backlog %v, want %v", res.Kind, fname, from, got, want)
+				}
+			}
+		}
+	}
+	if _, _, _, err := c.subscribe(cmRes, oldest-1, false, &filter{}, nil); !errors.Is(err, errTooOld) {
+		t.Errorf("resuming before the window: %v, want errTooOld", err)
+	}
 }

@@ -64,7 +64,7 @@ func received(w *cacheWatcher) []string {
 func TestWatchersOfOneDeviceAreOfferedOnlyItsPods(t *testing.T) {
 	c, st := newTestCache(t, 100, 100)
 	sub := func(f *filter) *cacheWatcher {
-		w, _, _, err := c.subscribe(podRes, c.revision(), false, f)
+		w, _, _, err := c.subscribe(podRes, c.revision(), false, f, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,7 +111,7 @@ func TestSiteWatchersAreOfferedTheirSiteAndTheFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, _, _, err := c.subscribe(sliceRes, c.revision(), false, &filter{labels: sel})
+	w, _, _, err := c.subscribe(sliceRes, c.revision(), false, &filter{labels: sel}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestResumeBacklogAcrossTheRing(t *testing.T) {
 	oldest := c.oldest
 	c.mu.RUnlock()
 	for from := oldest; from <= last; from++ {
-		_, backlog, _, err := c.subscribe(podRes, from, false, &filter{})
+		_, backlog, _, err := c.subscribe(podRes, from, false, &filter{}, nil)
 		if err != nil {
 			t.Fatalf("resuming from %d (oldest %d): %v", from, oldest, err)
 		}
@@ -183,7 +183,7 @@ func TestResumeBacklogAcrossTheRing(t *testing.T) {
 			t.Errorf("resuming from %d: backlog %v, want %v", from, got, want)
 		}
 	}
-	if _, _, _, err := c.subscribe(podRes, oldest-1, false, &filter{}); !errors.Is(err, errTooOld) {
+	if _, _, _, err := c.subscribe(podRes, oldest-1, false, &filter{}, nil); !errors.Is(err, errTooOld) {
 		t.Errorf("resuming from before the window (%d < %d): %v, want errTooOld", oldest-1, oldest, err)
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"flotilla.dev/flotilla/api/agentapi"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -133,6 +135,11 @@ type Limits struct {
 // requestRecord travels with a request in its context: what the audit and
 // the admission hook need to know about it.
 type requestRecord struct {
+	// user is who authenticated (UserFrom), and cert the client
+	// certificate they did with. The user lives here rather than in a
+	// context of its own: a request copied for one more context value is
+	// kept as long as it runs, which for a watch is as long as its
+	// device is connected.
 	user          *UserInfo
 	cert          *x509.Certificate
 	attrs         Attributes
@@ -227,7 +234,8 @@ func (s *Server) finishRequest(r *http.Request, rec *statusRecorder, rr *request
 	}
 	mutating := isMutating(ev.Verb)
 	if !isResource {
-		mutating = r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodOptions
+		mutating = r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodOptions &&
+			r.URL.Path != agentapi.PathWatches // (watches, POSTed only for their body)
 	}
 	refused := code == http.StatusUnauthorized || code == http.StatusForbidden || code == http.StatusTooManyRequests
 	if !mutating && !refused {
@@ -293,7 +301,7 @@ func (s *Server) takeSlot(w http.ResponseWriter, r *http.Request, rr *requestRec
 	switch {
 	case user == nil:
 		sem = s.limits.public
-	case isResource && ri.Verb == "watch":
+	case isResource && ri.Verb == "watch", !isResource && r.URL.Path == agentapi.PathWatches:
 		return true
 	default:
 		mutating := r.Method != http.MethodGet && r.Method != http.MethodHead

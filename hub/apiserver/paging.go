@@ -127,12 +127,10 @@ func (c *watchCache) listAt(res *api.Resource, f *filter, rev int64, start strin
 		}
 	}
 	// Undo the changes made after rev, newest first.
-	for i := c.ringLen - 1; i >= 0; i-- {
-		ev := c.ring[(c.ringHead+i)%len(c.ring)]
-		if ev.rev <= rev {
-			break
-		}
-		if ev.res != res || ev.key <= start {
+	evs := c.byRes[res].after(rev)
+	for i := len(evs) - 1; i >= 0; i-- {
+		ev := evs[i]
+		if ev.key <= start {
 			continue
 		}
 		if ev.prev == nil {

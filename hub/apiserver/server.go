@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -179,6 +180,17 @@ func (s *Server) Run(ctx context.Context) error {
 // Ready is closed when the server can answer requests.
 func (s *Server) Ready() <-chan struct{} { return s.ready }
 
+// errStarting answers a request to a hub still loading its cache: 503,
+// retry in 1 to 4 seconds. A hub restarts with its whole fleet
+// reconnecting; each client is given its own second to come back in
+// (client-go waits as long as Retry-After says), so that they do not all
+// come back together.
+func errStarting() error {
+	err := apierrors.NewServiceUnavailable("the hub is starting: its watch cache is loading")
+	err.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: int32(1 + rand.IntN(4))}
+	return err
+}
+
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
@@ -213,10 +225,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	user, err := s.cfg.Authenticator.Authenticate(r)
 	public := s.isPublic(path)
-	if err == nil && user != nil && r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
-		rr.user, rr.cert = user, r.TLS.PeerCertificates[0]
+	if err == nil && user != nil {
+		rr.user = user
+		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+			rr.cert = r.TLS.PeerCertificates[0]
+		}
 	}
-	s.setWriteDeadline(rec, isLongRunning(&ri, isResource))
+	// The multiplexed watches stream for as long as a watch does.
+	longRunning := isLongRunning(&ri, isResource) || path == agentapi.PathWatches
+	s.setWriteDeadline(rec, longRunning)
 	if !s.rateLimit(rec, r, rr) {
 		return
 	}
@@ -230,7 +247,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(rec, r, apierrors.NewUnauthorized(msg), nil)
 		return
 	}
-	r = r.WithContext(withUser(r.Context(), user))
 	if perr != nil {
 		s.writeError(rec, r, perr, &ri)
 		return
@@ -258,7 +274,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if ok := s.authorize(rec, r, attrs, &mri); !ok {
 			return
 		}
-	} else if !public {
+	} else if !public && path != agentapi.PathWatches {
+		// (Each of the multiplexed watches is authorized as its own GET.)
 		if ok := s.authorize(rec, r, Attributes{User: user, Verb: strings.ToLower(r.Method), Path: path}, nil); !ok {
 			return
 		}
@@ -272,7 +289,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s.setWriteDeadline(rec, isLongRunning(&ri, isResource))
+	s.setWriteDeadline(rec, longRunning)
 	if user != nil && !s.takeSlot(rec, r, rr, &ri, isResource) {
 		return
 	}
@@ -283,7 +300,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	select {
 	case <-s.ready:
 	default:
-		s.writeError(rec, r, apierrors.NewServiceUnavailable("the hub is starting: its watch cache is loading"), &ri)
+		s.writeError(rec, r, errStarting(), &ri)
 		return
 	}
 	s.serveResource(rec, r, &ri)
@@ -316,20 +333,22 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, a Attributes,
 	if ok {
 		return true
 	}
+	s.writeError(w, r, forbidden(a, ri, reason), ri)
+	return false
+}
+
+// forbidden is the refusal of a, with the authorizer's reason.
+func forbidden(a Attributes, ri *requestInfo, reason string) error {
 	name := "unknown"
 	if a.User != nil {
 		name = a.User.Name
 	}
-	var e error
 	if ri != nil {
-		e = apierrors.NewForbidden(ri.Resource.GVR.GroupResource(), ri.Name,
+		return apierrors.NewForbidden(ri.Resource.GVR.GroupResource(), ri.Name,
 			fmt.Errorf("user %q cannot %s resource %q%s in API group %q%s: %s", name, a.Verb, a.Resource, subSuffix(a.Subresource), a.APIGroup, nsSuffix(a.Namespace), reason))
-	} else {
-		e = &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden,
-			Message: fmt.Sprintf("forbidden: user %q cannot %s path %q: %s", name, a.Verb, a.Path, reason)}}
 	}
-	s.writeError(w, r, e, ri)
-	return false
+	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden,
+		Message: fmt.Sprintf("forbidden: user %q cannot %s path %q: %s", name, a.Verb, a.Path, reason)}}
 }
 
 func subSuffix(s string) string {
@@ -361,6 +380,12 @@ func (s *Server) serveNonResource(w http.ResponseWriter, r *http.Request) {
 	if s.serveDiscovery(w, r) || s.serveSelfReview(w, r) {
 		return
 	}
+	if path == agentapi.PathWatches {
+		if err := s.serveWatches(w, r); err != nil {
+			s.writeError(w, r, err, nil)
+		}
+		return
+	}
 	if path == agentapi.PathUsage {
 		if err := s.serveUsageReport(w, r); err != nil {
 			s.writeError(w, r, err, nil)
@@ -378,16 +403,12 @@ func (s *Server) serveNonResource(w http.ResponseWriter, r *http.Request) {
 
 type ctxKey int
 
-const userKey ctxKey = 0
-
-func withUser(ctx context.Context, u *UserInfo) context.Context {
-	return context.WithValue(ctx, userKey, u)
-}
-
 // UserFrom returns the authenticated user of a request context.
 func UserFrom(ctx context.Context) *UserInfo {
-	u, _ := ctx.Value(userKey).(*UserInfo)
-	return u
+	if rr := recordFrom(ctx); rr != nil {
+		return rr.user
+	}
+	return nil
 }
 
 // statusRecorder remembers the response code for metrics and keeps

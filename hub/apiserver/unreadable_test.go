@@ -77,7 +77,7 @@ func TestUnreadableObjectsAreSetAside(t *testing.T) {
 
 	// A watched object that becomes unreadable is deleted for its
 	// watchers; readable again, it is added back.
-	w, _, _, err := c.subscribe(cmRes, c.revision(), false, &filter{})
+	w, _, _, err := c.subscribe(cmRes, c.revision(), false, &filter{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -157,12 +157,18 @@ func (h *Hub) Restart() *Hub {
 // agent has: the hub's node authorizer and restrictions apply to it.
 func (h *Hub) NodeClient(node string) kubernetes.Interface {
 	h.t.Helper()
+	return kubernetes.NewForConfigOrDie(h.NodeConfig(node))
+}
+
+// NodeConfig is the client configuration of device node's agent.
+func (h *Hub) NodeConfig(node string) *rest.Config {
+	h.t.Helper()
 	cert, key, err := h.PKI().IssueClientCert(agentapi.NodeUser(node), []string{agentapi.NodesGroup}, time.Hour)
 	if err != nil {
 		h.t.Fatalf("a node certificate for %s: %v", node, err)
 	}
-	return kubernetes.NewForConfigOrDie(&rest.Config{Host: h.URL(),
-		TLSClientConfig: rest.TLSClientConfig{CAData: h.PKI().CACertPEM(), CertData: cert, KeyData: key}, QPS: 1000, Burst: 1000})
+	return &rest.Config{Host: h.URL(),
+		TLSClientConfig: rest.TLSClientConfig{CAData: h.PKI().CACertPEM(), CertData: cert, KeyData: key}, QPS: 1000, Burst: 1000}
 }
 
 // PeerDataDir returns a new data dir holding a copy of h's pki/, as the

@@ -1,0 +1,51 @@
+package apiserver
+
+import (
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"flotilla.dev/flotilla/api/agentapi"
+	"flotilla.dev/flotilla/hub/store/boltstore"
+)
+
+// TestStartingHubSpreadsItsClients: before its cache is loaded the hub
+// answers 503 with a Retry-After of 1 to 4 seconds, for a resource and
+// for a device's watches stream alike, and not the same to everyone.
+func TestStartingHubSpreadsItsClients(t *testing.T) {
+	st, err := boltstore.Open(filepath.Join(t.TempDir(), "state.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	// Never run: never ready.
+	s, err := New(Config{Store: st, Authenticator: benchAuth{}, Authorizer: benchAuth{}, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for i := range 40 {
+		r := httptest.NewRequest(http.MethodGet, "/api/v1/pods", nil)
+		if i%2 == 1 {
+			r = httptest.NewRequest(http.MethodPost, agentapi.PathWatches, strings.NewReader(`{"watches":[{"id":1,"path":"/api/v1/pods","query":"watch=true"}]}`))
+			r.Header.Set("Content-Type", "application/json")
+		}
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		if w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("%s %s to a starting hub: %d %s, want 503", r.Method, r.URL.Path, w.Code, w.Body)
+		}
+		ra := w.Header().Get("Retry-After")
+		if n, err := strconv.Atoi(ra); err != nil || n < 1 || n > 4 {
+			t.Fatalf("%s %s to a starting hub: Retry-After %q, want 1 to 4 seconds", r.Method, r.URL.Path, ra)
+		}
+		seen[ra]++
+	}
+	if len(seen) < 2 {
+		t.Errorf("40 clients of a starting hub were all told to retry in the same time: %v", seen)
+	}
+}
