@@ -21,8 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
@@ -41,6 +43,8 @@ type Device struct {
 	watching atomic.Int32
 	// reconnects counts watches opened again after one ended.
 	reconnects atomic.Int64
+	// reportingReady: a goroutine reports the Node Ready again.
+	reportingReady atomic.Bool
 
 	mu       sync.Mutex
 	podCIDR  netip.Prefix
@@ -219,6 +223,10 @@ func (d *Device) run(ctx context.Context) {
 func (d *Device) renewLeases(ctx context.Context) {
 	leases := d.client.CoordinationV1().Leases(api.NamespaceNodeLease)
 	wait := time.Duration(rand.Int64N(int64(d.leaseEvery)))
+	// As an agent's (agent/node): a failed renewal is tried again from
+	// 200 ms on, doubling up to the period, not a whole period later —
+	// four periods missed make the hub mark the device unreachable.
+	retryIn := 200 * time.Millisecond
 	var lease *coordv1.Lease
 	for {
 		select {
@@ -226,28 +234,39 @@ func (d *Device) renewLeases(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
-		wait = d.leaseEvery
-		now := metav1.NewMicroTime(time.Now())
-		var err error
-		if lease == nil {
-			lease, err = leases.Get(ctx, d.name, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				lease, err = leases.Create(ctx, &coordv1.Lease{
-					ObjectMeta: metav1.ObjectMeta{Name: d.name, Namespace: api.NamespaceNodeLease},
-					Spec: coordv1.LeaseSpec{HolderIdentity: ptr.To(d.name),
-						LeaseDurationSeconds: ptr.To(int32(4 * d.leaseEvery / time.Second)), RenewTime: &now},
-				}, metav1.CreateOptions{})
-			}
-			if err != nil {
-				lease = nil
-				continue
-			}
+		if err := d.renewLease(ctx, leases, &lease); err != nil {
+			wait = retryIn/2 + rand.N(retryIn)
+			retryIn = min(2*retryIn, d.leaseEvery)
+			continue
 		}
-		lease.Spec.RenewTime = &now
-		if lease, err = leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
-			lease = nil // read it again next time
+		wait, retryIn = d.leaseEvery, 200*time.Millisecond
+	}
+}
+
+// renewLease writes a new renewTime on *lease, reading or creating the
+// Lease first when *lease is nil; on failure *lease is nil (read again).
+func (d *Device) renewLease(ctx context.Context, leases coordinationv1client.LeaseInterface, lease **coordv1.Lease) error {
+	now := metav1.NewMicroTime(time.Now())
+	var err error
+	if *lease == nil {
+		*lease, err = leases.Get(ctx, d.name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			*lease, err = leases.Create(ctx, &coordv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: d.name, Namespace: api.NamespaceNodeLease},
+				Spec: coordv1.LeaseSpec{HolderIdentity: ptr.To(d.name),
+					LeaseDurationSeconds: ptr.To(int32(4 * d.leaseEvery / time.Second)), RenewTime: &now},
+			}, metav1.CreateOptions{})
+		}
+		if err != nil {
+			*lease = nil
+			return err
 		}
 	}
+	(*lease).Spec.RenewTime = &now
+	if *lease, err = leases.Update(ctx, *lease, metav1.UpdateOptions{}); err != nil {
+		*lease = nil
+	}
+	return err
 }
 
 type (
@@ -338,20 +357,61 @@ func (d *Device) drain(w watch.Interface, rv string, handle func(watch.EventType
 // nodeEvent reports the device Ready again when the hub says otherwise.
 func (d *Device) nodeEvent(ctx context.Context, obj runtime.Object) {
 	n, ok := obj.(*corev1.Node)
-	if !ok {
+	if !ok || nodeReady(n) {
 		return
 	}
-	for i, c := range n.Status.Conditions {
-		if c.Type != corev1.NodeReady || c.Status == corev1.ConditionTrue {
-			continue
+	if d.reportingReady.CompareAndSwap(false, true) {
+		go d.reportReady(ctx)
+	}
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
 		}
-		n = n.DeepCopy()
-		now := metav1.Now()
-		n.Status.Conditions[i] = corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
-			Reason: "KubeletReady", Message: "simulated device", LastHeartbeatTime: now, LastTransitionTime: now}
-		// A conflict or a refusal is seen again as the next event, or
-		// corrected by the next one.
-		_, _ = d.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	}
+	return false
+}
+
+// reportReady reports the Node Ready again until it is, as a kubelet
+// keeps reporting its status: a write refused under load (429, a
+// conflict with the hub's own taints) is tried again, not left for an
+// event that may never come.
+func (d *Device) reportReady(ctx context.Context) {
+	defer d.reportingReady.Store(false)
+	nodes := d.client.CoreV1().Nodes()
+	wait := 200 * time.Millisecond
+	for {
+		err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+			n, err := nodes.Get(ctx, d.name, metav1.GetOptions{})
+			if err != nil || nodeReady(n) {
+				return err
+			}
+			now := metav1.Now()
+			ready := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+				Reason: "KubeletReady", Message: "simulated device", LastHeartbeatTime: now, LastTransitionTime: now}
+			set := false
+			for i, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady {
+					n.Status.Conditions[i], set = ready, true
+				}
+			}
+			if !set {
+				n.Status.Conditions = append(n.Status.Conditions, ready)
+			}
+			_, err = nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{})
+			return err
+		})
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait/2 + rand.N(wait)):
+		}
+		wait = min(2*wait, 10*time.Second)
 	}
 }
 
@@ -387,7 +447,10 @@ func (d *Device) reportRunning(pod *corev1.Pod) {
 	d.mu.Unlock()
 	now := metav1.Now()
 	pods := d.client.CoreV1().Pods(pod.Namespace)
-	err := retry.OnError(retry.DefaultBackoff, func(err error) bool { return !apierrors.IsNotFound(err) && ctx.Err() == nil }, func() error {
+	// Written again until the hub takes it (within the context's two
+	// minutes): under load a write may be refused (429) or time out.
+	backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 30, Cap: 10 * time.Second}
+	err := retry.OnError(backoff, func(err error) bool { return !apierrors.IsNotFound(err) && ctx.Err() == nil }, func() error {
 		st := corev1.PodStatus{Phase: corev1.PodRunning, HostIP: d.hostIP, HostIPs: []corev1.HostIP{{IP: d.hostIP}},
 			PodIP: ip.String(), PodIPs: []corev1.PodIP{{IP: ip.String()}}, StartTime: &now}
 		for _, t := range []corev1.PodConditionType{corev1.PodScheduled, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady} {
@@ -408,6 +471,10 @@ func (d *Device) reportRunning(pod *corev1.Pod) {
 	})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		d.log.Warn("reporting a pod failed", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		// Its next event reports it again.
+		d.mu.Lock()
+		delete(d.reported, pod.UID)
+		d.mu.Unlock()
 	}
 }
 

@@ -8,7 +8,8 @@
 // LeaseInterval, and keeps the watches an agent keeps — its Node
 // (reporting it Ready again if the hub marked it otherwise), its pods
 // (fieldSelector spec.nodeName), the Services, and its site's
-// EndpointSlices (api.SiteSelector) — all in protobuf, resuming each from its last
+// EndpointSlices (api.SiteSelector) — all in protobuf and on one
+// multiplexed stream (agent/watchmux), resuming each from its last
 // resourceVersion and listing again only on 410, with jittered backoff
 // when the hub is away or answers 429. A pod bound to it is reported
 // Running and Ready at once, with an address from its pod CIDR.

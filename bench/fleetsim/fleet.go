@@ -9,9 +9,12 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"path/filepath"
 	"sync"
 	"time"
+
+	"flotilla.dev/flotilla/agent/watchmux"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -159,6 +162,8 @@ func (d *Device) join(ctx context.Context, o Options, token, caHash string) erro
 	// As an agent's client: protobuf both ways.
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	// As an agent's: its watches on one stream.
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return watchmux.New(rt) })
 	if d.client, err = kubernetes.NewForConfig(cfg); err != nil {
 		return err
 	}

@@ -9,11 +9,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,6 +38,8 @@ func main() {
 	only := flag.String("only", "", "comma-separated figures to run (api,apply,exec,fanout,fleet,rollout,gitops,scheduler,proxy,etcd,binary,trust,agent,kubelet,metrics,autonomy; agent includes kubelet); empty runs all")
 	kubeletVersion := flag.String("kubelet-version", "", "the upstream kubelet release measured beside the agent (v1.N.P); empty: the one of the client-go in go.mod")
 	fleetSizes := flag.String("fleet-sizes", "1000", "comma-separated fleet sizes the fleet figure simulates (1000,5000,10000 for the issue's table)")
+	fleetMemLimit := flag.String("fleet-hub-memory-limit", "", "the fleet figure's hub runs with --memory-limit this (1Gi, 0); empty: the hub's default (auto: from its cgroup's limit)")
+	flag.StringVar(&hubLog, "hub-log", "", "append the log of every hub the figures start to this file, at level info (by default the hubs log warnings, and nobody keeps them)")
 	flag.Parse()
 	// The autonomy figure alone keeps a device away from its hub for 10
 	// minutes.
@@ -148,7 +152,7 @@ func main() {
 				report("fleet", fmt.Errorf("-fleet-sizes: %q is not a number of devices", f))
 				continue
 			}
-			lines, err := fleetFigures(ctx, n)
+			lines, err := fleetFigures(ctx, n, *fleetMemLimit)
 			report(fmt.Sprintf("fleet of %d devices", n), err)
 			for _, l := range lines {
 				fmt.Println(l)
@@ -364,6 +368,13 @@ func autonomy(ctx context.Context) ([]string, error) {
 	return lines, nil
 }
 
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
+
+// hubLog is where the hubs' logs go (-hub-log); empty: nowhere.
+var hubLog string
+
 type hubProc struct {
 	cmd  *exec.Cmd
 	bin  string
@@ -428,20 +439,33 @@ func startHubWith(ctx context.Context, pkiFrom string, args ...string) (*hubProc
 
 // launch starts the hub process on listen and waits until it answers.
 func (h *hubProc) launch(ctx context.Context, listen string) error {
-	cmd := exec.CommandContext(ctx, h.bin, append([]string{"serve", "--data-dir", h.dir, "--listen", listen, "--config=", "--log-level", "warn"}, h.args...)...)
+	level := "warn"
+	var logTo io.WriteCloser = nopCloser{io.Discard}
+	if hubLog != "" {
+		f, err := os.OpenFile(hubLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("the hub's log (-hub-log): %w", err)
+		}
+		level, logTo = "info", f
+	}
+	cmd := exec.CommandContext(ctx, h.bin, append([]string{"serve", "--data-dir", h.dir, "--listen", listen, "--config=", "--log-level", level}, h.args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
+		logTo.Close()
 		return err
 	}
 	if err := cmd.Start(); err != nil {
+		logTo.Close()
 		return fmt.Errorf("running %s: %w (run `make bench`, which builds it)", h.bin, err)
 	}
 	h.cmd = cmd
 	ready := make(chan struct{})
 	go func() {
+		defer logTo.Close()
 		sc := bufio.NewScanner(stderr)
 		signalled := false
 		for sc.Scan() {
+			fmt.Fprintln(logTo, sc.Text())
 			if !signalled && strings.Contains(sc.Text(), "admin kubeconfig:") {
 				close(ready)
 				signalled = true
@@ -465,7 +489,13 @@ func (h *hubProc) launch(ctx context.Context, listen string) error {
 		return err
 	}
 	h.cfg, h.cs = cfg, cs
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	// A restarted hub answers its admin among the fleet's reconnections
+	// (TLS handshakes first): it is given longer than a new one.
+	within := 30 * time.Second
+	if listen != "127.0.0.1:0" {
+		within = 3 * time.Minute
+	}
+	for deadline := time.Now().Add(within); ; {
 		if _, err := cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err == nil {
 			return nil
 		} else if time.Now().After(deadline) {
@@ -487,9 +517,43 @@ func (h *hubProc) restart(ctx context.Context) (int, error) {
 	return h.cmd.Process.Pid, nil
 }
 
-// fleetFigures runs bench/fleetsim's devices against a hub of their own.
-func fleetFigures(ctx context.Context, devices int) ([]string, error) {
-	hub, err := startHub(ctx)
+// raiseFileLimit raises this process's limit on open files (which the
+// hubs it starts inherit) to at least want, and returns the limit.
+func raiseFileLimit(want int) (uint64, error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, err
+	}
+	if lim.Cur >= uint64(want) {
+		return lim.Cur, nil
+	}
+	next := lim
+	next.Cur = uint64(want)
+	next.Max = max(lim.Max, next.Cur)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &next); err != nil {
+		return lim.Cur, fmt.Errorf("raising it to %d: %w", want, err)
+	}
+	return next.Cur, nil
+}
+
+// fleetFigures runs bench/fleetsim's devices against a hub of their own,
+// with --memory-limit memLimit unless it is empty. A limit trades the
+// hub's CPU for its memory, so the figures say when there is one.
+func fleetFigures(ctx context.Context, devices int, memLimit string) ([]string, error) {
+	var args, lines []string
+	name := fmt.Sprintf("fleet of %d devices", devices)
+	if memLimit != "" {
+		args = []string{"--memory-limit", memLimit}
+		lines = append(lines, fmt.Sprintf("%-44s hub run with --memory-limit %s (-fleet-hub-memory-limit)", name, memLimit))
+	}
+	// Every simulated device holds a connection in this one process, and
+	// the hub one for each; while they all reconnect at once, both need
+	// more than the 20,000 descriptors a shell often allows. The hub's
+	// package gives it 65,536 (flotilla-hub.service).
+	if n, err := raiseFileLimit(4*devices + 1024); err != nil {
+		lines = append(lines, fmt.Sprintf("%-44s open files limited to %d (%v): the restart storm may run out", name, n, err))
+	}
+	hub, err := startHubWith(ctx, "", args...)
 	if err != nil {
 		return nil, err
 	}
@@ -503,5 +567,5 @@ func fleetFigures(ctx context.Context, devices int) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r.Lines(), nil
+	return append(lines, r.Lines()...), nil
 }
