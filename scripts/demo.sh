@@ -108,6 +108,12 @@ up() {
   need_root
   [ -x "$BIN/flotilla-hub" ] && [ -x "$BIN/flotilla-agent" ] && [ -x "$BIN/flotctl" ] || die "run make build first (make demo does)"
   if [ -d "$DEMO" ]; then down; fi
+  # A bridge or namespace of this name that $DEMO does not account for is
+  # another fleet's: another checkout's demo, or a test run beside this
+  # one. Taking it over would break that fleet.
+  if ip link show "$BRIDGE" >/dev/null 2>&1 || ip netns list 2>/dev/null | grep -q "^$PREFIX-dev"; then
+    die "bridge $BRIDGE or namespaces $PREFIX-dev* already exist, but not in $DEMO: another fleet with prefix $PREFIX runs on this machine. Stop it with its own 'make demo-down' (FLOTDEMO_DIR=<its dir> FLOTDEMO_PREFIX=$PREFIX scripts/demo.sh down), or pick another FLOTDEMO_PREFIX and FLOTDEMO_NET"
+  fi
   mkdir -p "$DEMO"
 
   log "creating the devices' network: bridge $BRIDGE ($HUB_IP/24)"

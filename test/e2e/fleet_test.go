@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -61,31 +63,52 @@ func startFleet(t testing.TB, devices int, agentEnv ...string) *fleet {
 	requireTools(t)
 	f := &fleet{t: t, dir: filepath.Join(t.TempDir(), "fleet"), prefix: "flote2e", net: "10.98.0", devices: devices}
 	port := freePort(t)
-	env := append(os.Environ(),
-		"FLOTDEMO_DIR="+f.dir, "FLOTDEMO_PREFIX="+f.prefix, "FLOTDEMO_NET="+f.net,
-		fmt.Sprintf("FLOTDEMO_REGISTRY_PORT=%d", port), fmt.Sprintf("DEVICES=%d", devices),
-		"FLOTILLA_BIN="+testbin.Dir(t), "NO_COLOR=1")
-	env = append(env, agentEnv...)
+	envFor := func(dir string) []string {
+		env := append(os.Environ(),
+			"FLOTDEMO_DIR="+dir, "FLOTDEMO_PREFIX="+f.prefix, "FLOTDEMO_NET="+f.net,
+			fmt.Sprintf("FLOTDEMO_REGISTRY_PORT=%d", port), fmt.Sprintf("DEVICES=%d", devices),
+			"FLOTILLA_BIN="+testbin.Dir(t), "NO_COLOR=1")
+		return append(env, agentEnv...)
+	}
+	env := envFor(f.dir)
 	script := filepath.Join(testbin.ModuleRoot(), "scripts", "demo.sh")
-	down := func() {
+	down := func(env []string) error {
 		cmd := exec.Command("bash", script, "down")
 		cmd.Env = env
-		if out, err := cmd.CombinedOutput(); err != nil {
+		out, err := cmd.CombinedOutput()
+		if err != nil {
 			t.Logf("demo.sh down: %v\n%s", err, out)
 		}
+		return err
 	}
-	t.Cleanup(down)
+	lock := lockFleets(t, f.dir)
+	if lock.stale != "" {
+		// Its test run was killed before its cleanup: nobody else
+		// holds the lock, so the fleet is nobody's.
+		t.Logf("a test run that was killed left its fleet in %s; taking it down", lock.stale)
+		if err := down(envFor(lock.stale)); err != nil {
+			t.Fatalf("taking down the fleet a killed test run left in %s: %v", lock.stale, err)
+		}
+	}
+	t.Cleanup(func() {
+		if down(env) == nil {
+			lock.done()
+		}
+	})
+	// Registered after down, so it runs before it: a failed test (its
+	// fleet not coming up included) shows what the hub and the agents
+	// said, which is gone with the temp dir.
+	t.Cleanup(func() {
+		if t.Failed() {
+			f.dumpLogs(16 << 10)
+		}
+	})
 	cmd := exec.Command("bash", script, "up")
 	cmd.Env = env
 	cmd.Dir = testbin.ModuleRoot()
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		for _, log := range []string{"hub.log", "dev1.log", "dev2.log", "dev3.log"} {
-			if b, err := os.ReadFile(filepath.Join(f.dir, log)); err == nil {
-				t.Logf("--- %s (last 4 KiB)\n%s", log, tail(b, 4096))
-			}
-		}
 		t.Fatalf("bringing up the fleet: %v\n%s", err, out.String())
 	}
 	t.Logf("fleet up:\n%s", tail(out.Bytes(), 2048))
@@ -96,6 +119,75 @@ func startFleet(t testing.TB, devices int, agentEnv ...string) *fleet {
 	f.cs = kubernetes.NewForConfigOrDie(cfg)
 	f.registry = &testimage.Registry{Host: fmt.Sprintf("%s.1:%d", f.net, port)}
 	return f
+}
+
+// fleetLock is held by the process whose test runs a fleet. Every fleet
+// of these tests uses one bridge and one address range, so two test runs
+// on one machine (a make test beside a CI run) take turns instead of
+// tearing down each other's network. The holder writes its fleet's
+// directory into the file and empties it once the fleet is down: a
+// directory found there by the next holder is a fleet whose test run was
+// killed before it could take it down.
+const fleetLock = "/run/lock/flotilla-e2e-fleet.lock"
+
+// heldLock is the fleet lock, held until the test ends.
+type heldLock struct {
+	fd *os.File
+	// stale is the fleet directory the last holder left recorded.
+	stale string
+}
+
+// done records that this holder's fleet is down.
+func (l *heldLock) done() {
+	_ = l.fd.Truncate(0)
+}
+
+func lockFleets(t testing.TB, dir string) *heldLock {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(fleetLock), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := os.OpenFile(fleetLock, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatalf("opening the fleet lock: %v", err)
+	}
+	if err := syscall.Flock(int(fd.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Logf("another test run holds %s; waiting for its fleet to go", fleetLock)
+		if err := syscall.Flock(int(fd.Fd()), syscall.LOCK_EX); err != nil {
+			fd.Close()
+			t.Fatalf("locking %s: %v", fleetLock, err)
+		}
+	}
+	// Registered before the fleet's own cleanup, so it runs after the
+	// fleet is down.
+	t.Cleanup(func() { fd.Close() })
+	l := &heldLock{fd: fd}
+	b, err := io.ReadAll(fd)
+	if err != nil {
+		t.Fatalf("reading %s: %v", fleetLock, err)
+	}
+	l.stale = strings.TrimSpace(string(b))
+	if err := fd.Truncate(0); err != nil {
+		t.Fatalf("writing %s: %v", fleetLock, err)
+	}
+	if _, err := fd.WriteAt([]byte(dir+"\n"), 0); err != nil {
+		t.Fatalf("writing %s: %v", fleetLock, err)
+	}
+	return l
+}
+
+// dumpLogs logs the last n bytes of the hub's and each device's log.
+func (f *fleet) dumpLogs(n int) {
+	f.t.Helper()
+	logs := []string{"hub.log"}
+	for i := 1; i <= f.devices; i++ {
+		logs = append(logs, fmt.Sprintf("dev%d.log", i))
+	}
+	for _, log := range logs {
+		if b, err := os.ReadFile(filepath.Join(f.dir, log)); err == nil {
+			f.t.Logf("--- %s (last %d KiB)\n%s", log, n>>10, tail(b, n))
+		}
+	}
 }
 
 func tail(b []byte, n int) string {
