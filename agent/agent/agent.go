@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -312,7 +313,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// of the EndpointSlices, only this device's site's and the fleet-wide
 	// ones.
 	shared := hubclient.NewInformers(client)
-	site := a.site(ctx, client, store)
+	site, siteRV := a.site(ctx, client, store)
 	siteSel, err := api.SiteSelector(site)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
@@ -344,7 +345,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	return run.Group{
 		Loops: append(usageLoops, []run.Loop{
-			{Name: "site", Run: func(ctx context.Context) error { return a.watchSite(ctx, shared, store, site) }},
+			{Name: "site", Run: func(ctx context.Context) error { return a.watchSite(ctx, shared, store, site, siteRV) }},
 			{Name: "agent server", Run: srv.Run},
 			{Name: "node", Run: nd.Run},
 			{Name: "service proxy", Run: px.Run},
@@ -363,25 +364,38 @@ func (a *Agent) Run(ctx context.Context) error {
 // join token or an admin gives (a device may not set it), as last stored,
 // so that a start without the hub is not held up. A device that has no
 // Node stored yet (it just joined) asks the hub, briefly; one that still
-// does not know has none until its Node is seen (watchSite).
-func (a *Agent) site(ctx context.Context, client hubclient.Interface, store *localstore.Store) string {
+// does not know has none until its Node is seen (watchSite). rv is the
+// resourceVersion of the Node it was read from (0: none).
+func (a *Agent) site(ctx context.Context, client hubclient.Interface, store *localstore.Store) (site string, rv int64) {
 	if n, ok, err := localstore.Get[corev1.Node](store, localstore.Nodes, "", a.cfg.NodeName); err == nil && ok {
-		return api.SiteOf(n)
+		return api.SiteOf(n), revisionOf(n)
 	}
 	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if n, err := client.CoreV1().Nodes().Get(gctx, a.cfg.NodeName, metav1.GetOptions{}); err == nil {
-		return api.SiteOf(n)
+		return api.SiteOf(n), revisionOf(n)
 	}
-	return ""
+	return "", 0
+}
+
+// revisionOf is n's resourceVersion as the hub's revision, 0 when it
+// has none.
+func revisionOf(n *corev1.Node) int64 {
+	rv, _ := strconv.ParseInt(n.ResourceVersion, 10, 64)
+	return rv
 }
 
 // watchSite returns ErrSiteChanged when this device's Node is seen on
-// another site than site (an admin moved it).
-func (a *Agent) watchSite(ctx context.Context, shared *hubclient.Informers, store *localstore.Store, site string) error {
+// another site than site (an admin moved it), in a version written after
+// the one the site was read from (rv). The informer's watch resumes from
+// the resourceVersion the store recorded and replays the Node's changes
+// since, older versions of it among them: taken for news, an older
+// version on the old site sent the agent back to it, and the next start
+// forth again, for ever.
+func (a *Agent) watchSite(ctx context.Context, shared *hubclient.Informers, store *localstore.Store, site string, rv int64) error {
 	moved := make(chan *corev1.Node, 1)
 	seen := func(obj any) {
-		if n, ok := obj.(*corev1.Node); ok && n.Name == a.cfg.NodeName && api.SiteOf(n) != site {
+		if n, ok := obj.(*corev1.Node); ok && n.Name == a.cfg.NodeName && api.SiteOf(n) != site && revisionOf(n) > rv {
 			select {
 			case moved <- n:
 			default:
