@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
@@ -150,27 +151,60 @@ func runAgent(cmd *cobra.Command) error {
 	log := newLogger(v.GetString("log-level"))
 	slog.SetDefault(log)
 	cfg.Log = log
+	var pace restartPacer
 	for {
 		a, err := agent.New(cfg)
 		if err != nil {
 			return err
 		}
+		started := time.Now()
 		err = a.Run(cmd.Context())
-		if errors.Is(err, agent.ErrPodCIDRChanged) && cmd.Context().Err() == nil {
+		var why string
+		switch {
+		case cmd.Context().Err() != nil:
+		case errors.Is(err, agent.ErrPodCIDRChanged):
 			// A new start sets the pod network up on the new range.
-			log.Warn("restarting the agent to move to the new pod CIDR", "err", err)
-			continue
-		}
-		if errors.Is(err, agent.ErrSiteChanged) && cmd.Context().Err() == nil {
+			why = "restarting the agent to move to the new pod CIDR"
+		case errors.Is(err, agent.ErrSiteChanged):
 			// A new start serves the new site's endpoints.
-			log.Warn("restarting the agent to serve the node's new site", "err", err)
-			continue
+			why = "restarting the agent to serve the node's new site"
+		}
+		if why != "" {
+			wait := pace.next(time.Since(started))
+			log.Warn(why, "err", err, "in", wait)
+			select {
+			case <-time.After(wait):
+				continue
+			case <-cmd.Context().Done():
+				return nil
+			}
 		}
 		if errors.Is(err, context.Canceled) {
 			return nil
 		}
 		return err
 	}
+}
+
+// restartPacer spaces the agent's restarts of itself: one that follows a
+// run shorter than a minute waits, from 1 s doubling to 30 s. A cause
+// that keeps coming back (a Node that flaps between two sites) then
+// restarts the agent, its proxy rules and its watches a few times a
+// minute instead of many times a second.
+type restartPacer struct {
+	wait time.Duration
+}
+
+func (p *restartPacer) next(ranFor time.Duration) time.Duration {
+	switch {
+	case ranFor >= time.Minute:
+		p.wait = 0
+	case p.wait == 0:
+		p.wait = time.Second
+	default:
+		p.wait = min(2*p.wait, 30*time.Second)
+	}
+	return p.wait
 }
 
 // agentConfig turns the merged configuration into agent.Config.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"flotilla.dev/flotilla/agent/agent"
 	"flotilla.dev/flotilla/internal/config"
@@ -186,5 +187,22 @@ images:
 	}
 	if err == nil || !strings.Contains(err.Error(), "trust") {
 		t.Errorf("a bad image glob in the trust policy: %v, want an error naming the trust policy", err)
+	}
+}
+
+// TestRestartPacer: restarts after short runs wait longer each time, up
+// to 30 s; a run of a minute or more starts the count again.
+func TestRestartPacer(t *testing.T) {
+	var p restartPacer
+	s := time.Second
+	for i, c := range []struct{ ran, want time.Duration }{
+		{2 * time.Minute, 0},
+		{5 * s, s}, {s, 2 * s}, {s, 4 * s}, {s, 8 * s}, {s, 16 * s}, {s, 30 * s}, {s, 30 * s},
+		{time.Minute, 0},
+		{s, s},
+	} {
+		if got := p.next(c.ran); got != c.want {
+			t.Errorf("restart %d after a run of %v: wait %v, want %v", i, c.ran, got, c.want)
+		}
 	}
 }
