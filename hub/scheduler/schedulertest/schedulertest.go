@@ -33,6 +33,14 @@ func NewClientset(objects ...runtime.Object) (*fake.Clientset, *Binder) {
 	return c, InstallBinding(c)
 }
 
+// The fake tracker's watches are channels of watch.DefaultChanSize (100)
+// events, and it panics ("channel full") when one more comes. A drained
+// watch (below) empties them as fast as they fill, but on a busy machine
+// (CI runs packages side by side on two cores) the scheduler's 64 binders
+// still wrote more than 100 before its goroutine ran. Set before any test
+// runs, so that no watch is made while it changes.
+func init() { watch.DefaultChanSize = 1 << 15 }
+
 // InstallBinding makes c's pods/binding subresource bind pods, and c's
 // watches drain the fake tracker's as fast as it fills them.
 func InstallBinding(c *fake.Clientset) *Binder {
