@@ -81,7 +81,7 @@ func startFleet(t testing.TB, devices int, agentEnv ...string) *fleet {
 		}
 		return err
 	}
-	lock := lockFleets(t, f.dir)
+	lock := lockFleets(t)
 	if lock.stale != "" {
 		// Its test run was killed before its cleanup: nobody else
 		// holds the lock, so the fleet is nobody's.
@@ -90,6 +90,8 @@ func startFleet(t testing.TB, devices int, agentEnv ...string) *fleet {
 			t.Fatalf("taking down the fleet a killed test run left in %s: %v", lock.stale, err)
 		}
 	}
+	// Only now: a fleet that could not be taken down stays on record.
+	lock.record(f.dir)
 	t.Cleanup(func() {
 		if down(env) == nil {
 			lock.done()
@@ -132,9 +134,21 @@ const fleetLock = "/run/lock/flotilla-e2e-fleet.lock"
 
 // heldLock is the fleet lock, held until the test ends.
 type heldLock struct {
+	t  testing.TB
 	fd *os.File
 	// stale is the fleet directory the last holder left recorded.
 	stale string
+}
+
+// record writes down dir as this holder's fleet.
+func (l *heldLock) record(dir string) {
+	l.t.Helper()
+	if err := l.fd.Truncate(0); err != nil {
+		l.t.Fatalf("writing %s: %v", fleetLock, err)
+	}
+	if _, err := l.fd.WriteAt([]byte(dir+"\n"), 0); err != nil {
+		l.t.Fatalf("writing %s: %v", fleetLock, err)
+	}
 }
 
 // done records that this holder's fleet is down.
@@ -142,7 +156,7 @@ func (l *heldLock) done() {
 	_ = l.fd.Truncate(0)
 }
 
-func lockFleets(t testing.TB, dir string) *heldLock {
+func lockFleets(t testing.TB) *heldLock {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(fleetLock), 0o755); err != nil {
 		t.Fatal(err)
@@ -161,18 +175,12 @@ func lockFleets(t testing.TB, dir string) *heldLock {
 	// Registered before the fleet's own cleanup, so it runs after the
 	// fleet is down.
 	t.Cleanup(func() { fd.Close() })
-	l := &heldLock{fd: fd}
+	l := &heldLock{t: t, fd: fd}
 	b, err := io.ReadAll(fd)
 	if err != nil {
 		t.Fatalf("reading %s: %v", fleetLock, err)
 	}
 	l.stale = strings.TrimSpace(string(b))
-	if err := fd.Truncate(0); err != nil {
-		t.Fatalf("writing %s: %v", fleetLock, err)
-	}
-	if _, err := fd.WriteAt([]byte(dir+"\n"), 0); err != nil {
-		t.Fatalf("writing %s: %v", fleetLock, err)
-	}
 	return l
 }
 
