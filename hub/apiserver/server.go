@@ -193,27 +193,48 @@ func errStarting() error {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	rec := &statusRecorder{ResponseWriter: w}
-	ri, isResource, perr := parseRequest(r)
-	r, rr := s.startRequest(r)
-	defer s.finishRequest(r, rec, rr, &ri, isResource)
-	defer func() {
-		if !isResource || ri.Resource == nil {
-			return
-		}
-		res := ri.Resource.GVR.Resource
-		s.metrics.requests.WithLabelValues(ri.Verb, res, ri.Subresource, strconv.Itoa(rec.code())).Inc()
-		if ri.Verb != "watch" {
-			s.metrics.latency.WithLabelValues(ri.Verb, res).Observe(time.Since(start).Seconds())
-		}
-	}()
+	// A device's watch stream (serveWatches) waits on this goroutine's
+	// stack for hours, under this frame: the request's state lives in q,
+	// and admitting it, with its deep calls and large locals, returns
+	// before it is served.
+	q := &request{s: s, start: time.Now(), rec: &statusRecorder{ResponseWriter: w}}
+	defer q.finish()
+	if s.admitRequest(q, r) {
+		q.serve()
+	}
+}
+
+// request is one request as ServeHTTP serves it: what admitting it found
+// and what finishing it must undo, in the order it must.
+type request struct {
+	s          *Server
+	r          *http.Request
+	rec        *statusRecorder
+	rr         *requestRecord
+	ri         requestInfo
+	isResource bool
+	start      time.Time
+	// charged: a failure is charged to the client's failure budget.
+	charged     bool
+	releaseBody func()
+}
+
+// admitRequest takes a request through everything before serving it: health
+// checks, authentication, rate limits, authorization, its body and its
+// slot in flight. A request it does not admit (false) has been answered.
+//
+//go:noinline
+func (s *Server) admitRequest(q *request, r *http.Request) bool {
+	var perr error
+	q.ri, q.isResource, perr = parseRequest(r)
+	q.r, q.rr = s.startRequest(r)
+	r, rec, rr, ri, isResource := q.r, q.rec, q.rr, &q.ri, q.isResource
 
 	path := r.URL.Path
 	switch path {
 	case "/healthz", "/livez":
 		_, _ = io.WriteString(rec, "ok")
-		return
+		return false
 	case "/readyz":
 		select {
 		case <-s.ready:
@@ -221,7 +242,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		default:
 			http.Error(rec, "not ready: the watch cache is loading", http.StatusServiceUnavailable)
 		}
-		return
+		return false
 	}
 	user, err := s.cfg.Authenticator.Authenticate(r)
 	public := s.isPublic(path)
@@ -232,12 +253,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	// The multiplexed watches stream for as long as a watch does.
-	longRunning := isLongRunning(&ri, isResource) || path == agentapi.PathWatches
+	longRunning := isLongRunning(ri, isResource) || path == agentapi.PathWatches
 	s.setWriteDeadline(rec, longRunning)
 	if !s.rateLimit(rec, r, rr) {
-		return
+		return false
 	}
-	defer func() { s.chargeFailure(r, rr, rec.code()) }()
+	q.charged = true
 	if (err != nil || user == nil) && !public {
 		msg := "Unauthorized: this hub needs a client certificate signed by its CA (use the kubeconfig the hub wrote, or join with a token)"
 		if err != nil {
@@ -245,11 +266,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		rr.reason = msg
 		s.writeError(rec, r, apierrors.NewUnauthorized(msg), nil)
-		return
+		return false
 	}
 	if perr != nil {
-		s.writeError(rec, r, perr, &ri)
-		return
+		s.writeError(rec, r, perr, ri)
+		return false
 	}
 	// Requests are authorized before their bodies are read, and bodies
 	// are read before requests take their slots in flight: a refused
@@ -259,51 +280,86 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if isResource {
 		attrs := Attributes{User: user, Verb: ri.Verb, APIGroup: ri.Resource.GVR.Group, Resource: ri.Resource.GVR.Resource,
 			Subresource: ri.Subresource, Namespace: ri.Namespace, Name: ri.Name}
-		if ok := s.authorize(rec, r, attrs, &ri); !ok {
-			return
+		if ok := s.authorize(rec, r, attrs, ri); !ok {
+			return false
 		}
 	} else if mri, ok, merr := metricsRequest(r); ok {
 		// The metrics API is authorized as kube-apiserver does for
 		// metrics-server: get and list of pods and nodes in metrics.k8s.io.
 		if merr != nil {
 			s.writeError(rec, r, merr, nil)
-			return
+			return false
 		}
 		attrs := Attributes{User: user, Verb: mri.Verb, APIGroup: mri.Resource.GVR.Group, Resource: mri.Resource.GVR.Resource,
 			Namespace: mri.Namespace, Name: mri.Name}
 		if ok := s.authorize(rec, r, attrs, &mri); !ok {
-			return
+			return false
 		}
 	} else if !public && path != agentapi.PathWatches {
 		// (Each of the multiplexed watches is authorized as its own GET.)
 		if ok := s.authorize(rec, r, Attributes{User: user, Verb: strings.ToLower(r.Method), Path: path}, nil); !ok {
-			return
+			return false
 		}
 	}
-	if user == nil && !s.takeSlot(rec, r, rr, &ri, isResource) {
-		return
+	if user == nil && !s.takeSlot(rec, r, rr, ri, isResource) {
+		return false
 	}
-	defer func() { rr.slot.release() }() // (rr.slot is set below)
 	releaseBody, ok := s.readBodyFirst(rec, r, rr)
-	defer releaseBody()
+	q.releaseBody = releaseBody
 	if !ok {
-		return
+		return false
 	}
 	s.setWriteDeadline(rec, longRunning)
-	if user != nil && !s.takeSlot(rec, r, rr, &ri, isResource) {
-		return
+	if user != nil && !s.takeSlot(rec, r, rr, ri, isResource) {
+		return false
 	}
-	if !isResource {
+	return true
+}
+
+// serve serves an admitted request.
+func (q *request) serve() {
+	s, r, rec := q.s, q.r, q.rec
+	if !q.isResource {
+		if r.URL.Path == agentapi.PathWatches {
+			s.serveWatches(rec, r)
+			return
+		}
 		s.serveNonResource(rec, r)
 		return
 	}
 	select {
 	case <-s.ready:
 	default:
-		s.writeError(rec, r, errStarting(), &ri)
+		s.writeError(rec, r, errStarting(), &q.ri)
 		return
 	}
-	s.serveResource(rec, r, &ri)
+	s.serveResource(rec, r, &q.ri)
+}
+
+// finish undoes what admitting the request took, last taken first, and
+// records it: its metrics and its audit event.
+//
+//go:noinline
+func (q *request) finish() {
+	s, r, rec, rr := q.s, q.r, q.rec, q.rr
+	if rr == nil {
+		return // (admitRequest panicked before it began)
+	}
+	if q.releaseBody != nil {
+		q.releaseBody()
+	}
+	rr.slot.release()
+	if q.charged {
+		s.chargeFailure(r, rr, rec.code())
+	}
+	if q.isResource && q.ri.Resource != nil {
+		res := q.ri.Resource.GVR.Resource
+		s.metrics.requests.WithLabelValues(q.ri.Verb, res, q.ri.Subresource, strconv.Itoa(rec.code())).Inc()
+		if q.ri.Verb != "watch" {
+			s.metrics.latency.WithLabelValues(q.ri.Verb, res).Observe(time.Since(q.start).Seconds())
+		}
+	}
+	s.finishRequest(r, rec, rr, &q.ri, q.isResource)
 }
 
 func (s *Server) isPublic(path string) bool {
@@ -378,12 +434,6 @@ func (s *Server) serveNonResource(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if s.serveDiscovery(w, r) || s.serveSelfReview(w, r) {
-		return
-	}
-	if path == agentapi.PathWatches {
-		if err := s.serveWatches(w, r); err != nil {
-			s.writeError(w, r, err, nil)
-		}
 		return
 	}
 	if path == agentapi.PathUsage {

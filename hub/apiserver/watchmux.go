@@ -27,129 +27,191 @@ type muxWatch struct {
 	run *watchRun
 }
 
-// serveWatches serves a POST of agentapi.PathWatches.
-func (s *Server) serveWatches(w http.ResponseWriter, r *http.Request) error {
+// serveWatches serves a POST of agentapi.PathWatches: it opens the
+// stream's watches, then streams their frames until they end.
+//
+// A device's stream parks on its handler goroutine for as long as the
+// device is connected, so what sits on that stack then is paid per
+// device: Go halves a goroutine's stack only while less than a quarter of
+// it is in use, and a handler stack in use past 4 KiB stays 16 KiB (10,000
+// devices: 160 MB instead of 80). Opening the watches takes a deep stack
+// and returns before the stream waits; the stream's loop and what calls it
+// (ServeHTTP, serveRequest) keep their frames small.
+func (s *Server) serveWatches(w http.ResponseWriter, r *http.Request) {
+	ws, err := s.openWatches(w, r)
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	if ws != nil {
+		defer ws.close()
+		ws.stream(r.Context().Done())
+	}
+}
+
+// watchStream is one POST of agentapi.PathWatches being streamed.
+type watchStream struct {
+	s       *Server
+	w       http.ResponseWriter
+	flusher http.Flusher
+	ready   chan struct{}
+	watches []muxWatch
+	frames  []byte
+}
+
+// openWatches reads the request, subscribes its watches and sends what
+// they start with. It returns the stream to run, nil when there is nothing
+// to stream (every watch refused, or the client gone), or an error to
+// answer before anything was sent. It is never inlined: its frame must
+// not join serveWatches' (see there).
+//
+//go:noinline
+func (s *Server) openWatches(w http.ResponseWriter, r *http.Request) (*watchStream, error) {
 	if r.Method != http.MethodPost {
-		return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusMethodNotAllowed,
+		return nil, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusMethodNotAllowed,
 			Reason: metav1.StatusReasonMethodNotAllowed, Message: fmt.Sprintf("%s takes POST, not %s", agentapi.PathWatches, r.Method)}}
 	}
 	select {
 	case <-s.ready:
 	default:
-		return errStarting()
+		return nil, errStarting()
 	}
 	var req agentapi.WatchesRequest
 	body, err := io.ReadAll(io.LimitReader(r.Body, agentapi.MaxWatchesRequestBytes+1))
 	if err != nil {
-		return badRequest("reading the watches: %v", err)
+		return nil, badRequest("reading the watches: %v", err)
 	}
 	if len(body) > agentapi.MaxWatchesRequestBytes {
-		return apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("a watches request holds at most %d bytes", agentapi.MaxWatchesRequestBytes))
+		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("a watches request holds at most %d bytes", agentapi.MaxWatchesRequestBytes))
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
-		return badRequest("the body of %s is not a watches request (JSON {\"watches\":[{\"id\":1,\"path\":\"/api/v1/pods\",\"query\":\"watch=true\"}]}): %v", agentapi.PathWatches, err)
+		return nil, badRequest("the body of %s is not a watches request (JSON {\"watches\":[{\"id\":1,\"path\":\"/api/v1/pods\",\"query\":\"watch=true\"}]}): %v", agentapi.PathWatches, err)
 	}
 	if n := len(req.Watches); n == 0 || n > agentapi.MaxWatchesPerStream {
-		return badRequest("a watches request names 1 to %d watches, not %d", agentapi.MaxWatchesPerStream, n)
+		return nil, badRequest("a watches request names 1 to %d watches, not %d", agentapi.MaxWatchesPerStream, n)
 	}
 	seen := make(map[uint32]bool, len(req.Watches))
 	for _, wq := range req.Watches {
 		if seen[wq.ID] {
-			return badRequest("watch id %d appears twice in the request; each watch needs an id of its own", wq.ID)
+			return nil, badRequest("watch id %d appears twice in the request; each watch needs an id of its own", wq.ID)
 		}
 		seen[wq.ID] = true
 	}
 
-	ctx := r.Context()
-	ready := make(chan struct{}, 1)
-	var frames []byte
-	watches := make([]muxWatch, 0, len(req.Watches))
-	defer func() {
-		for _, mw := range watches {
-			s.cache.unsubscribe(mw.run.watcher)
-		}
-	}()
+	ws := &watchStream{s: s, w: w, ready: make(chan struct{}, 1), watches: make([]muxWatch, 0, len(req.Watches))}
+	ws.flusher, _ = w.(http.Flusher)
 	for _, wq := range req.Watches {
-		run, refused := s.startMuxWatch(r, wq, ready)
+		run, refused := s.startMuxWatch(r, wq, ws.ready)
 		if refused != nil {
 			payload, _ := json.Marshal(refused)
-			frames = agentapi.AppendFrame(frames, agentapi.Frame{ID: wq.ID, Kind: agentapi.FrameRefused, Payload: payload})
+			ws.frames = agentapi.AppendFrame(ws.frames, agentapi.Frame{ID: wq.ID, Kind: agentapi.FrameRefused, Payload: payload})
 			continue
 		}
-		watches = append(watches, muxWatch{id: wq.ID, run: run})
+		ws.watches = append(ws.watches, muxWatch{id: wq.ID, run: run})
 		start := agentapi.Frame{ID: wq.ID, Kind: agentapi.FrameStart, Payload: []byte(run.contentType())}
 		if !run.initial {
 			start.Flags, start.Revision = agentapi.FlagResumable, run.fromRev
 		}
-		frames = agentapi.AppendFrame(frames, start)
+		ws.frames = agentapi.AppendFrame(ws.frames, start)
 	}
 
-	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", agentapi.ContentTypeWatches)
 	w.Header().Set("Cache-Control", "no-cache, private")
 	w.WriteHeader(http.StatusOK)
-	// Frames are gathered and written together: a wake-up for many
-	// watches is one write and one flush.
-	write := func() bool {
-		if len(frames) == 0 {
-			return true
-		}
-		_, err := w.Write(frames)
-		frames = frames[:0]
-		if cap(frames) > 32<<10 {
-			// A burst (an initial state, a rollout) is not kept for the
-			// stream's life: the device holds it for hours.
-			frames = nil
-		}
-		if flusher != nil {
-			flusher.Flush()
-		}
-		return err == nil
+	for _, mw := range ws.watches {
+		mw.sendBacklog(s, &ws.frames)
 	}
-	for _, mw := range watches {
-		mw.sendBacklog(s, &frames)
+	if !ws.write() || len(ws.watches) == 0 {
+		ws.close()
+		return nil, nil
 	}
-	if !write() || len(watches) == 0 {
-		return nil
-	}
+	return ws, nil
+}
 
-	// The stream lasts as one watch would; the client opens it again and
-	// resumes each watch from the revision its frames last brought it to.
-	timeout, _ := s.watchTimeout("")
+// stream sends the watches' frames as they come, until every watch has
+// ended, the stream has lasted as long as a watch would (the client opens
+// it again and resumes each watch from the revision its frames last
+// brought it to), or the client is gone.
+func (ws *watchStream) stream(gone <-chan struct{}) {
+	timeout, _ := ws.s.watchTimeout("")
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(bookmarkInterval)
 	defer tick.Stop()
 	for {
+		var more bool
 		select {
-		case <-ready:
-			for i := 0; i < len(watches); i++ {
-				mw := watches[i]
-				if !mw.drain(s, &frames) {
-					s.cache.unsubscribe(mw.run.watcher)
-					watches = append(watches[:i], watches[i+1:]...)
-					i--
-				}
-			}
-			if len(watches) == 0 {
-				// Every watch ended: the client opens a stream again
-				// with those it resumes.
-				write()
-				return nil
-			}
+		case <-ws.ready:
+			more = ws.drain()
 		case <-tick.C:
-			for _, mw := range watches {
-				mw.progress(s, &frames)
-			}
+			more = ws.progress()
 		case <-deadline.C:
-			return nil
-		case <-ctx.Done():
-			return nil
+		case <-gone:
 		}
-		if !write() {
-			return nil
+		if !more {
+			return
 		}
 	}
+}
+
+// drain sends what the watches have and drops those that ended; false
+// when the stream is done. Never inlined, as progress: the stream's loop
+// keeps a small frame (see serveWatches).
+//
+//go:noinline
+func (ws *watchStream) drain() bool {
+	for i := 0; i < len(ws.watches); i++ {
+		mw := ws.watches[i]
+		if !mw.drain(ws.s, &ws.frames) {
+			ws.s.cache.unsubscribe(mw.run.watcher)
+			ws.watches = append(ws.watches[:i], ws.watches[i+1:]...)
+			i--
+		}
+	}
+	if len(ws.watches) == 0 {
+		// Every watch ended: the client opens a stream again with
+		// those it resumes.
+		ws.write()
+		return false
+	}
+	return ws.write()
+}
+
+// progress sends each watch's progress frame.
+//
+//go:noinline
+func (ws *watchStream) progress() bool {
+	for _, mw := range ws.watches {
+		mw.progress(ws.s, &ws.frames)
+	}
+	return ws.write()
+}
+
+// write sends the frames gathered: a wake-up for many watches is one
+// write and one flush. False when the client is gone.
+func (ws *watchStream) write() bool {
+	if len(ws.frames) == 0 {
+		return true
+	}
+	_, err := ws.w.Write(ws.frames)
+	ws.frames = ws.frames[:0]
+	if cap(ws.frames) > 32<<10 {
+		// A burst (an initial state, a rollout) is not kept for the
+		// stream's life: the device holds it for hours.
+		ws.frames = nil
+	}
+	if ws.flusher != nil {
+		ws.flusher.Flush()
+	}
+	return err == nil
+}
+
+// close ends the watches still subscribed.
+func (ws *watchStream) close() {
+	for _, mw := range ws.watches {
+		ws.s.cache.unsubscribe(mw.run.watcher)
+	}
+	ws.watches = nil
 }
 
 // startMuxWatch serves one watch of a stream as its GET would be served:
