@@ -27,14 +27,31 @@ import (
 )
 
 // cachedObject is one object as the cache holds it: decoded (never mutated
-// once cached; callers deep-copy before changing it) and encoded once, with
-// its resourceVersion set, so lists and watches never re-encode it.
+// once cached; callers deep-copy before changing it), with its
+// resourceVersion set, and encoded in JSON at most once, so lists and
+// watches never re-encode it.
 type cachedObject struct {
 	obj    runtime.Object
-	raw    []byte
 	labels labels.Set
 	fields fields.Set
 	rev    int64
+
+	rawOnce sync.Once
+	raw     []byte
+}
+
+// json is the object in JSON. It is encoded when a reader first asks for
+// it, not as it is cached: most of a fleet's objects and their versions
+// in the event window (Lease renewals, Node status) are read only in
+// protobuf, by the devices and the hub's loops, and at 10,000 devices
+// their JSON would hold tens of megabytes nobody reads.
+func (co *cachedObject) json() []byte {
+	co.rawOnce.Do(func() {
+		if co.raw == nil {
+			co.raw = encodeShared(co.obj)
+		}
+	})
+	return co.raw
 }
 
 // cacheEvent is one change seen by the cache. Its encoding as a watch
@@ -58,7 +75,7 @@ type cacheEvent struct {
 }
 
 func (e *cacheEvent) line() []byte {
-	e.once.Do(func() { e.encoded = watchLine(e.typ, e.cur.raw) })
+	e.once.Do(func() { e.encoded = watchLine(e.typ, e.cur.json()) })
 	return e.encoded
 }
 
@@ -377,11 +394,7 @@ func (c *watchCache) decode(res *api.Resource, data []byte, rev int64) (*cachedO
 		return nil, err
 	}
 	m.SetResourceVersion(strconv.FormatInt(rev, 10))
-	raw, err := encodeObject(res, obj)
-	if err != nil {
-		return nil, err
-	}
-	return &cachedObject{obj: obj, raw: raw, labels: labels.Set(m.GetLabels()), fields: fieldsOf(obj), rev: rev}, nil
+	return &cachedObject{obj: obj, labels: labels.Set(m.GetLabels()), fields: fieldsOf(obj), rev: rev}, nil
 }
 
 func (c *watchCache) apply(ev store.Event) {

@@ -2,11 +2,13 @@ package apiserver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -335,5 +337,41 @@ func TestResumedBacklogIsTheWindowsEventsOfItsResource(t *testing.T) {
 	}
 	if _, _, _, err := c.subscribe(cmRes, oldest-1, false, &filter{}, nil); !errors.Is(err, errTooOld) {
 		t.Errorf("resuming before the window: %v, want errTooOld", err)
+	}
+}
+
+// TestJSONEncodedWhenFirstAsked: a cached object is encoded in JSON when a
+// reader first asks for it, not as it is cached, and once for all readers,
+// however many ask at once.
+func TestJSONEncodedWhenFirstAsked(t *testing.T) {
+	c, st := newTestCache(t, 10, 10)
+	rev := putConfigMap(t, st, "a")
+	if err := c.waitFor(context.Background(), rev); err != nil {
+		t.Fatal(err)
+	}
+	co := c.get(cmRes, "default", "a")
+	if co == nil {
+		t.Fatal("the cache does not hold the ConfigMap")
+	}
+	if co.raw != nil {
+		t.Fatalf("the cache encoded the object in JSON before anyone asked: %s", co.raw)
+	}
+	got := make([][]byte, 8)
+	var wg sync.WaitGroup
+	for i := range got {
+		wg.Go(func() { got[i] = co.json() })
+	}
+	wg.Wait()
+	for i, b := range got {
+		if len(b) == 0 || &b[0] != &got[0][0] {
+			t.Fatalf("reader %d got an encoding of its own (%d bytes), not the one shared", i, len(b))
+		}
+	}
+	var cm corev1.ConfigMap
+	if err := json.Unmarshal(got[0], &cm); err != nil {
+		t.Fatal(err)
+	}
+	if cm.Kind != "ConfigMap" || cm.APIVersion != "v1" || cm.Name != "a" || cm.ResourceVersion != strconv.FormatInt(rev, 10) {
+		t.Errorf("encoded %s, want the ConfigMap a at resourceVersion %d with its kind", got[0], rev)
 	}
 }

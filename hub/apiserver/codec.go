@@ -74,6 +74,17 @@ func encodeObject(res *api.Resource, obj runtime.Object) ([]byte, error) {
 	return json.Marshal(obj)
 }
 
+// encodeShared encodes an object decodeStored made, its kind already set,
+// in JSON. Unlike encodeObject it writes nothing to the object, which
+// other readers may share meanwhile.
+func encodeShared(obj runtime.Object) []byte {
+	b, err := json.Marshal(obj)
+	if err != nil {
+		panic(fmt.Sprintf("encoding a %s that was decoded: %v", obj.GetObjectKind().GroupVersionKind().Kind, err))
+	}
+	return b
+}
+
 // decodeStored decodes bytes the hub itself wrote.
 func decodeStored(res *api.Resource, data []byte) (runtime.Object, error) {
 	obj := res.New()

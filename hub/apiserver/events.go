@@ -71,7 +71,7 @@ func expiredEvents(objs []*cachedObject, now time.Time, ttl time.Duration, maxBy
 		if !ok {
 			continue
 		}
-		se := sweptEvent{key: objectKey(eventsResource, e.Namespace, e.Name), rev: co.rev, size: len(co.raw), lastSeen: eventLastSeen(e)}
+		se := sweptEvent{key: objectKey(eventsResource, e.Namespace, e.Name), rev: co.rev, size: len(co.json()), lastSeen: eventLastSeen(e)}
 		if ttl > 0 && now.Sub(se.lastSeen) > ttl {
 			out = append(out, se)
 			continue

@@ -78,6 +78,17 @@ func tableOptions(r *http.Request) printers.Options {
 }
 
 func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, res *api.Resource, code int, obj runtime.Object, raw []byte) error {
+	return s.writeObjectWith(w, r, res, code, obj, func() []byte {
+		if raw == nil {
+			return mustEncode(res, obj)
+		}
+		return raw
+	})
+}
+
+// writeObjectWith is writeObject with the object's JSON made only if the
+// answer is JSON.
+func (s *Server) writeObjectWith(w http.ResponseWriter, r *http.Request, res *api.Resource, code int, obj runtime.Object, jsonOf func() []byte) error {
 	out, err := negotiate(r, res)
 	if err != nil {
 		return err
@@ -99,10 +110,7 @@ func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, res *api.Re
 		}
 		writeProtobuf(w, code, data)
 	default:
-		if raw == nil {
-			raw = mustEncode(res, obj)
-		}
-		writeRaw(w, code, raw)
+		writeRaw(w, code, jsonOf())
 	}
 	return nil
 }
@@ -176,7 +184,7 @@ func (s *Server) writeList(w http.ResponseWriter, r *http.Request, res *api.Reso
 		var b bytes.Buffer
 		size := 128
 		for _, co := range objs {
-			size += len(co.raw) + 1
+			size += len(co.json()) + 1
 		}
 		b.Grow(size)
 		head, _ := json.Marshal(map[string]any{"kind": res.ListKind, "apiVersion": res.GVR.GroupVersion().String()})
@@ -189,7 +197,7 @@ func (s *Server) writeList(w http.ResponseWriter, r *http.Request, res *api.Reso
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			b.Write(co.raw)
+			b.Write(co.json())
 		}
 		b.WriteString("]}")
 		writeRaw(w, http.StatusOK, b.Bytes())

@@ -109,7 +109,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, ri *requestIn
 		}
 		return apierrors.NewNotFound(ri.Resource.GVR.GroupResource(), ri.Name)
 	}
-	return s.writeObject(w, r, ri.Resource, http.StatusOK, co.obj, co.raw)
+	return s.writeObjectWith(w, r, ri.Resource, http.StatusOK, co.obj, co.json)
 }
 
 func (s *Server) listFilter(r *http.Request, ri *requestInfo) (*filter, error) {

@@ -123,11 +123,7 @@ func (c *watchCache) applyUnreadableLocked(ev store.Event, res *api.Resource, na
 	obj := prev.obj.DeepCopyObject()
 	m, _ := meta.Accessor(obj)
 	m.SetResourceVersion(strconv.FormatInt(rev, 10))
-	raw, encErr := encodeObject(res, obj)
-	if encErr != nil {
-		raw = prev.raw
-	}
-	cur := &cachedObject{obj: obj, raw: raw, labels: labels.Set(m.GetLabels()), fields: prev.fields, rev: rev}
+	cur := &cachedObject{obj: obj, labels: labels.Set(m.GetLabels()), fields: prev.fields, rev: rev}
 	ce := &cacheEvent{typ: watch.Deleted, res: res, key: key, cur: cur, prev: prev, rev: rev}
 	c.pushLocked(ce)
 	c.dispatchLocked(ce)

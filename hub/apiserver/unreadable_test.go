@@ -90,8 +90,8 @@ func TestUnreadableObjectsAreSetAside(t *testing.T) {
 				t.Fatalf("event %s %s at %d, want %s at %d", ev.typ, ev.key, ev.cur.rev, typ, rev)
 			}
 			if typ == watch.Deleted {
-				if m, _ := ev.cur.obj.(*corev1.ConfigMap); m == nil || m.ResourceVersion != itoa(rev) || !bytes.Contains(ev.cur.raw, []byte(`"resourceVersion":"`+itoa(rev)+`"`)) {
-					t.Errorf("the deleted object does not carry the revision that removed it: %s", ev.cur.raw)
+				if m, _ := ev.cur.obj.(*corev1.ConfigMap); m == nil || m.ResourceVersion != itoa(rev) || !bytes.Contains(ev.cur.json(), []byte(`"resourceVersion":"`+itoa(rev)+`"`)) {
+					t.Errorf("the deleted object does not carry the revision that removed it: %s", ev.cur.json())
 				}
 			}
 		case <-time.After(5 * time.Second):

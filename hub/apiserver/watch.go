@@ -359,7 +359,7 @@ func (e *eventEncoder) encode(ev *cacheEvent, f *filter) []byte {
 	if typ == ev.typ {
 		return ev.line()
 	}
-	return watchLine(typ, ev.cur.raw)
+	return watchLine(typ, ev.cur.json())
 }
 
 func (e *eventEncoder) bookmark(rev int64, initialEnd bool) []byte {
