@@ -47,6 +47,7 @@ func KubeconfigCredentials(path string, hubURLs ...string) Credentials {
 		// default 5 QPS would queue a burst of pod status writes.
 		cfg.QPS, cfg.Burst = 50, 100
 		cfg.UserAgent = "flotilla-agent"
+		cfg.Wrap(join.WithSmallHeaderTable)
 		return cfg, nil
 	}
 }
@@ -89,6 +90,7 @@ func JoinCredentials(cfg join.Config) Credentials {
 					},
 					QPS: 50, Burst: 100, UserAgent: "flotilla-agent",
 				}
+				rc.Wrap(join.WithSmallHeaderTable)
 				if _, err := hubconn.Apply(rc, hubs, cfg.Log); err != nil {
 					return nil, fmt.Errorf("%w: --hub: %v", ErrConfig, err)
 				}

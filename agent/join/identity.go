@@ -172,6 +172,29 @@ func hubTransport(tlsCfg *tls.Config) *http.Transport {
 		HTTP2: &http.HTTP2Config{MaxEncoderHeaderTableSize: RequestHeaderTableSize}})
 }
 
+// WithSmallHeaderTable gives the transport client-go makes for a device's
+// rest.Config (rest.Config.Wrap) the header table of hubTransport. It
+// sets it on the net/http transport itself (under client-go's own
+// wrappers), before its first connection: a copy would not do, since the
+// HTTP/2 transport client-go attached to it reads its settings from the
+// original.
+func WithSmallHeaderTable(rt http.RoundTripper) http.RoundTripper {
+	for inner := rt; inner != nil; {
+		switch t := inner.(type) {
+		case *http.Transport:
+			if t.HTTP2 == nil {
+				t.HTTP2 = &http.HTTP2Config{MaxEncoderHeaderTableSize: RequestHeaderTableSize}
+			}
+			return rt
+		case utilnet.RoundTripperWrapper:
+			inner = t.WrappedRoundTripper()
+		default:
+			return rt
+		}
+	}
+	return rt
+}
+
 func (id *Identity) renewAt() time.Time {
 	c := id.Certificate().Leaf
 	life := c.NotAfter.Sub(c.NotBefore)

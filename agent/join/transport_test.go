@@ -6,38 +6,93 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
+	"encoding/pem"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/rest"
 )
 
 // A device's first request on a connection shrinks the HPACK table its
 // headers are encoded in to RequestHeaderTableSize (a dynamic table size
 // update, RFC 7541 6.3, first in the header block): the hub then keeps
 // no larger a table to decode them. Read here as the bytes on the wire,
-// from a TLS listener that speaks HTTP/2 by hand.
+// from a TLS listener that speaks HTTP/2 by hand, for the identity's own
+// transport and for those client-go makes for configs as the agent
+// writes them (WithSmallHeaderTable).
 func TestRequestsShrinkTheHeaderTable(t *testing.T) {
 	// httptest's certificate, served by a listener of the test's own.
 	ts := httptest.NewUnstartedServer(nil)
 	ts.StartTLS()
 	cert, roots := ts.TLS.Certificates[0], x509.NewCertPool()
 	roots.AddCert(ts.Certificate())
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
 	ts.Close()
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	url := "https://" + ln.Addr().String()
 
+	cfg := &rest.Config{Host: url, TLSClientConfig: rest.TLSClientConfig{CAData: caPEM}}
+	cfg.Wrap(WithSmallHeaderTable)
+	agentRT, err := rest.TransportFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As JoinCredentials writes it: a certificate file client-go reloads
+	// when it rotates, and hubconn's dialer.
+	keyDER, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile := filepath.Join(t.TempDir(), "device.pem")
+	pemData := append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}),
+		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})...)
+	if err := os.WriteFile(certFile, pemData, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	joined := &rest.Config{Host: url, TLSClientConfig: rest.TLSClientConfig{CAData: caPEM, CertFile: certFile, KeyFile: certFile},
+		Dial: (&net.Dialer{}).DialContext}
+	joined.Wrap(WithSmallHeaderTable)
+	joinedRT, err := rest.TransportFor(joined)
+	if err != nil {
+		t.Fatal(err)
+	}
+	identityRT := hubTransport(&tls.Config{RootCAs: roots})
+	defer identityRT.CloseIdleConnections()
+	for name, rt := range map[string]http.RoundTripper{"identity": identityRT, "kubeconfig": agentRT, "joined": joinedRT} {
+		t.Run(name, func(t *testing.T) {
+			block := firstHeaderBlock(t, ln, rt, url)
+			// 001 and the size as an integer with a 5-bit prefix (RFC
+			// 7541 5.1): 512 is 31 + 481, 481 in 7-bit groups.
+			want := []byte{0x3f, 0xe1, 0x03}
+			if !bytes.HasPrefix(block, want) {
+				t.Fatalf("the first header block starts % x, want the table size update to %d (% x)", block[:min(len(block), 4)], RequestHeaderTableSize, want)
+			}
+		})
+	}
+}
+
+// firstHeaderBlock sends a request through rt and returns the header
+// block of the first HEADERS frame the listener receives.
+func firstHeaderBlock(t *testing.T, ln net.Listener, rt http.RoundTripper, url string) []byte {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tr := hubTransport(&tls.Config{RootCAs: roots})
-	defer tr.CloseIdleConnections()
+	done := make(chan struct{})
+	defer func() { cancel(); <-done }()
 	go func() {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+ln.Addr().String()+"/healthz", nil)
-		if resp, err := tr.RoundTrip(req); err == nil {
+		defer close(done)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/healthz", nil)
+		if resp, err := rt.RoundTrip(req); err == nil {
 			resp.Body.Close()
 		}
 	}()
@@ -52,8 +107,8 @@ func TestRequestsShrinkTheHeaderTable(t *testing.T) {
 	if _, err := io.ReadFull(conn, preface); err != nil {
 		t.Fatalf("reading the client preface: %v", err)
 	}
-	if tc := conn.(*tls.Conn); tc.ConnectionState().NegotiatedProtocol != "h2" {
-		t.Fatalf("negotiated %q, want h2", tc.ConnectionState().NegotiatedProtocol)
+	if p := conn.(*tls.Conn).ConnectionState().NegotiatedProtocol; p != "h2" {
+		t.Fatalf("negotiated %q, want h2", p)
 	}
 	const frameHeaders = 0x1
 	for {
@@ -71,12 +126,6 @@ func TestRequestsShrinkTheHeaderTable(t *testing.T) {
 		if id := binary.BigEndian.Uint32(hdr[5:]) & 0x7fffffff; id != 1 {
 			t.Fatalf("the first HEADERS frame is of stream %d, want 1", id)
 		}
-		// 001 and the size as an integer with a 5-bit prefix (RFC 7541
-		// 5.1): 512 is 31 + 481, 481 in 7-bit groups.
-		want := []byte{0x3f, 0xe1, 0x03}
-		if !bytes.HasPrefix(payload, want) {
-			t.Fatalf("the first header block starts % x, want the table size update to %d (% x)", payload[:min(len(payload), 4)], RequestHeaderTableSize, want)
-		}
-		return
+		return payload
 	}
 }
