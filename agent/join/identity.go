@@ -158,10 +158,11 @@ func (id *Identity) RESTConfig(hubURL string) *rest.Config {
 
 // RequestHeaderTableSize bounds the HPACK table (RFC 7541) in which a
 // device encodes the headers of its requests to the hub, and so the table
-// the hub keeps for each device to decode them. HTTP/2's 4 KiB cost the
-// hub about 6 KB per connected device (60 MB at 10,000); 512 bytes hold
-// the headers of a Lease renewal, the request a device sends most, so it
-// still goes out as a few indexes.
+// the hub keeps for each device to decode them. Filled, HTTP/2's default
+// of 4 KiB costs the hub about 6 KB of heap per device (60 MB at 10,000),
+// and an agent's varied requests (pod status, Events, ConfigMaps) fill
+// it; 512 bytes hold the headers of a Lease renewal, the request a device
+// sends most, so it still goes out as a few indexes.
 const RequestHeaderTableSize = 512
 
 // hubTransport is a device's HTTP transport to its hub. The device's

@@ -36,7 +36,7 @@ type muxWatch struct {
 // it is in use, and a handler stack in use past 4 KiB stays 16 KiB (10,000
 // devices: 160 MB instead of 80). Opening the watches takes a deep stack
 // and returns before the stream waits; the stream's loop and what calls it
-// (ServeHTTP, serveRequest) keep their frames small.
+// (ServeHTTP, request.serve) keep their frames small.
 func (s *Server) serveWatches(w http.ResponseWriter, r *http.Request) {
 	ws, err := s.openWatches(w, r)
 	if err != nil {
