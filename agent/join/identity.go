@@ -169,8 +169,9 @@ const RequestHeaderTableSize = 512
 // first request on a connection says the table is this small, so the hub
 // never holds more of it.
 func hubTransport(tlsCfg *tls.Config) *http.Transport {
-	return utilnet.SetTransportDefaults(&http.Transport{TLSClientConfig: tlsCfg,
-		HTTP2: &http.HTTP2Config{MaxEncoderHeaderTableSize: RequestHeaderTableSize}})
+	t := utilnet.SetTransportDefaults(&http.Transport{TLSClientConfig: tlsCfg})
+	WithSmallHeaderTable(t)
+	return t
 }
 
 // WithSmallHeaderTable gives the transport client-go makes for a device's
