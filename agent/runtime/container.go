@@ -217,9 +217,27 @@ func (r *Runtime) load(ctx context.Context, id string) (containerd.Container, co
 	return c, info, err
 }
 
+// taskChangeTimeout bounds a change to a container's task (its create and
+// start, its delete), which the caller's cancellation does not cut short:
+// containerd 1.6 does not undo such a change cancelled halfway. A delete
+// cancelled after the shim removed the container leaves containerd
+// forgetting the task without telling the shim to exit, and a create
+// cancelled after the shim started can leave it too; either way a shim
+// runs on, tracked by nothing, until the device reboots. A kubelet cancels
+// whatever it is doing when the agent stops.
+const taskChangeTimeout = time.Minute
+
+// uncancelled is ctx's values without its cancellation, for a change to a
+// task (see taskChangeTimeout).
+func uncancelled(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), taskChangeTimeout)
+}
+
 // StartContainer starts a created container's process, logging to its
 // log file. A container whose process cannot start (a command missing in
-// the image, say) is left without a task, with the error returned.
+// the image, say) is left without a task, with the error returned. Once
+// its task is being created the start is not cancelled with ctx (see
+// taskChangeTimeout).
 func (r *Runtime) StartContainer(ctx context.Context, id string) error {
 	ctx = r.ctx(ctx)
 	c, info, err := r.load(ctx, id)
@@ -233,6 +251,8 @@ func (r *Runtime) StartContainer(ctx context.Context, id string) error {
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
 		return fmt.Errorf("start container %s: %w", id, err)
 	}
+	ctx, cancel := uncancelled(ctx)
+	defer cancel()
 	if interactive(info.Labels) {
 		return r.startInteractive(ctx, c, info)
 	}
@@ -315,7 +335,10 @@ func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
 		return err
 	}
 	if task, err := c.Task(ctx, nil); err == nil {
-		if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+		dctx, cancel := uncancelled(ctx)
+		_, err := task.Delete(dctx, containerd.WithProcessKill)
+		cancel()
+		if err != nil && !errdefs.IsNotFound(err) {
 			return fmt.Errorf("remove container %s: delete task: %w", id, err)
 		}
 	}
@@ -488,7 +511,10 @@ func (r *Runtime) recordExit(ctx context.Context, c containerd.Container, task c
 	if err != nil {
 		return Status{}, fmt.Errorf("record exit of %s: %w", c.ID(), err)
 	}
-	if _, err := task.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
+	dctx, cancel := uncancelled(ctx)
+	_, err = task.Delete(dctx)
+	cancel()
+	if err != nil && !errdefs.IsNotFound(err) {
 		// The exit is recorded; the stopped task goes with the container
 		// (RemoveContainer deletes any task).
 		slog.Warn("delete exited task", "container", c.ID(), "err", err)
