@@ -1,7 +1,6 @@
 package watchmux
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -328,11 +327,13 @@ func (t *Transport) serve(ctx context.Context, batch []*sub, body []byte) (healt
 		return false, retryAfterOf(resp.Header)
 	}
 
-	r := bufio.NewReaderSize(resp.Body, 32<<10)
+	// Read as it is: the body is buffered below (HTTP/2's receive
+	// buffer, net/http's reader), and a reader of its own here held 32
+	// KiB per device for the stream's life.
 	var buf []byte
 	for {
 		var f agentapi.Frame
-		f, buf, err = agentapi.ReadFrame(r, buf)
+		f, buf, err = agentapi.ReadFrame(resp.Body, buf)
 		if err != nil {
 			return errors.Is(err, io.EOF), 0
 		}
