@@ -23,11 +23,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
+	"flotilla.dev/flotilla/agent/hubclient"
 	"flotilla.dev/flotilla/api"
 )
 
@@ -35,7 +34,7 @@ import (
 type Device struct {
 	name, site string
 	hostIP     string
-	client     kubernetes.Interface
+	client     hubclient.Interface
 	leaseEvery time.Duration
 	log        *slog.Logger
 
@@ -245,7 +244,7 @@ func (d *Device) renewLeases(ctx context.Context) {
 
 // renewLease writes a new renewTime on *lease, reading or creating the
 // Lease first when *lease is nil; on failure *lease is nil (read again).
-func (d *Device) renewLease(ctx context.Context, leases coordinationv1client.LeaseInterface, lease **coordv1.Lease) error {
+func (d *Device) renewLease(ctx context.Context, leases hubclient.LeaseInterface, lease **coordv1.Lease) error {
 	now := metav1.NewMicroTime(time.Now())
 	var err error
 	if *lease == nil {

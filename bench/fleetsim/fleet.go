@@ -9,18 +9,16 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net/http"
 	"path/filepath"
 	"sync"
 	"time"
-
-	"flotilla.dev/flotilla/agent/watchmux"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"flotilla.dev/flotilla/agent/hubclient"
 	"flotilla.dev/flotilla/agent/join"
 	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/agentapi"
@@ -159,12 +157,9 @@ func (d *Device) join(ctx context.Context, o Options, token, caHash string) erro
 	}
 	cfg := id.RESTConfig(o.Admin.Host)
 	cfg.QPS, cfg.Burst = 20, 40
-	// As an agent's client: protobuf both ways.
-	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	// As an agent's: its watches on one stream.
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return watchmux.New(rt) })
-	if d.client, err = kubernetes.NewForConfig(cfg); err != nil {
+	// The agent's own client: its kinds only, in protobuf, its watches
+	// on one stream.
+	if d.client, err = hubclient.NewForConfig(cfg); err != nil {
 		return err
 	}
 	return d.register(ctx)

@@ -10,6 +10,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	_ "net/http/pprof" // -pprof-addr: the simulator's profiles
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,8 +42,20 @@ func main() {
 	kubeletVersion := flag.String("kubelet-version", "", "the upstream kubelet release measured beside the agent (v1.N.P); empty: the one of the client-go in go.mod")
 	fleetSizes := flag.String("fleet-sizes", "1000", "comma-separated fleet sizes the fleet figure simulates (1000,5000,10000 for the issue's table)")
 	fleetMemLimit := flag.String("fleet-hub-memory-limit", "", "the fleet figure's hub runs with --memory-limit this (1Gi, 0); empty: the hub's default (auto: from its cgroup's limit)")
+	pprofAddr := flag.String("pprof-addr", "", "serve this process's /debug/pprof at this address (127.0.0.1:6061): the fleet simulator's CPU and memory")
 	flag.StringVar(&hubLog, "hub-log", "", "append the log of every hub the figures start to this file, at level info (by default the hubs log warnings, and nobody keeps them)")
 	flag.Parse()
+	if *pprofAddr != "" {
+		// The fleet simulator runs in this process: what it costs is
+		// read here, as the hub's is from the hub's /debug/pprof.
+		ln, err := net.Listen("tcp", *pprofAddr)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "-pprof-addr %s: %v\n", *pprofAddr, err)
+			os.Exit(2)
+		}
+		fmt.Fprintf(os.Stderr, "flotilla-bench: profiles at http://%s/debug/pprof/\n", ln.Addr())
+		go http.Serve(ln, nil)
+	}
 	// The autonomy figure alone keeps a device away from its hub for 10
 	// minutes.
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Minute)
