@@ -220,11 +220,11 @@ func (r *Runtime) load(ctx context.Context, id string) (containerd.Container, co
 // taskChangeTimeout bounds a change to a container's task (its create and
 // start, its delete), which the caller's cancellation does not cut short:
 // containerd 1.6 does not undo such a change cancelled halfway. A delete
-// cancelled after the shim removed the container leaves containerd
-// forgetting the task without telling the shim to exit, and a create
-// cancelled after the shim started can leave it too; either way a shim
-// runs on, tracked by nothing, until the device reboots. A kubelet cancels
-// whatever it is doing when the agent stops.
+// cancelled after the shim removed the container makes containerd forget
+// the task without telling the shim to exit, and the shim runs on, tracked
+// by nothing, until the device reboots (TestCancelledExitRecordLeavesNoShim).
+// A create and start are given the same, so that a start either happened
+// or did not. A kubelet cancels whatever it is doing when the agent stops.
 const taskChangeTimeout = time.Minute
 
 // uncancelled is ctx's values without its cancellation, for a change to a

@@ -59,6 +59,10 @@ type Result struct {
 	// largest RSS meanwhile (0 when the run restarts no hub).
 	Reconnected    time.Duration
 	RestartPeakRSS int64
+	// HubBack is how long the new hub took to answer after the restart
+	// began, and BackP50/P90 when half and nine tenths of the devices had
+	// their watches back: a storm's shape, a slow climb or a long tail.
+	HubBack, BackP50, BackP90 time.Duration
 	// RestartErr is why the restart figures are missing, if they are.
 	RestartErr error
 }
@@ -100,8 +104,9 @@ func (r Result) restartLine(name string) string {
 	if r.RestartErr != nil {
 		return fmt.Sprintf("%-44s hub restarted: ERROR %v (peak RSS %d MB)", name, r.RestartErr, r.RestartPeakRSS>>20)
 	}
-	return fmt.Sprintf("%-44s hub restarted: every device's watches back after %v, peak RSS %d MB  (target ≤ 60 s)",
-		name, r.Reconnected.Round(100*time.Millisecond), r.RestartPeakRSS>>20)
+	return fmt.Sprintf("%-44s hub restarted: every device's watches back after %v (new hub answering after %v; half the devices back after %v, 90 %% after %v), peak RSS %d MB  (target ≤ 60 s)",
+		name, r.Reconnected.Round(100*time.Millisecond), r.HubBack.Round(100*time.Millisecond),
+		r.BackP50.Round(100*time.Millisecond), r.BackP90.Round(100*time.Millisecond), r.RestartPeakRSS>>20)
 }
 
 // Run measures a fleet of devices devices (ten per site) against the hub
@@ -213,7 +218,9 @@ func Run(ctx context.Context, admin *rest.Config, hub Hub, devices int, dataDir 
 	}
 	if hub.Restart != nil {
 		// The figures so far stand even when the restart's do not come.
-		r.Reconnected, r.RestartPeakRSS, r.RestartErr = restartStorm(ctx, hub.Restart, f, cs)
+		st, err := restartStorm(ctx, hub.Restart, f, cs)
+		r.Reconnected, r.RestartPeakRSS, r.RestartErr = st.all, st.peakRSS, err
+		r.HubBack, r.BackP50, r.BackP90 = st.hubBack, percentile(st.back, 50), percentile(st.back, 90)
 	}
 	return r, nil
 }
@@ -311,8 +318,9 @@ func watchBindings(ctx context.Context, cs kubernetes.Interface, ns string) (*bi
 // on the multiplexed stream can resume on the new hub without its client
 // seeing it end, when every device has its watches open and the new hub
 // serves as many watches as the old one did.
-func restartStorm(ctx context.Context, restart func(context.Context) (int, error), f *Fleet, admin kubernetes.Interface) (time.Duration, int64, error) {
+func restartStorm(ctx context.Context, restart func(context.Context) (int, error), f *Fleet, admin kubernetes.Interface) (storm, error) {
 	before := map[*Device]int64{}
+	backAt := map[*Device]time.Duration{}
 	for _, d := range f.Devices() {
 		before[d] = d.Reconnects()
 	}
@@ -323,29 +331,65 @@ func restartStorm(ctx context.Context, restart func(context.Context) (int, error
 	}
 	var lastAsked time.Time
 	start := time.Now()
-	pid, err := restart(ctx)
-	if err != nil {
-		return 0, 0, fmt.Errorf("restarting the hub: %w", err)
-	}
-	var peak int64
-	for {
-		peak = max(peak, procstat.RSS(pid))
-		back, open := 0, 0
+	// Devices come back while restart waits for the new hub to answer its
+	// admin, which may be late: each is timed from the start.
+	var mu sync.Mutex
+	count := func() (back, open int) {
+		mu.Lock()
+		defer mu.Unlock()
 		for _, d := range f.Devices() {
 			if d.Watching() == Watches {
 				open++
 				if d.Reconnects() >= before[d]+Watches {
 					back++
+					if _, ok := backAt[d]; !ok {
+						backAt[d] = time.Since(start)
+					}
 				}
 			}
 		}
+		return back, open
+	}
+	restarting := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-restarting:
+				return
+			case <-time.After(100 * time.Millisecond):
+				count()
+			}
+		}
+	}()
+	pid, err := restart(ctx)
+	close(restarting)
+	if err != nil {
+		return storm{}, fmt.Errorf("restarting the hub: %w", err)
+	}
+	st := storm{hubBack: time.Since(start)}
+	done := func() storm {
+		mu.Lock()
+		defer mu.Unlock()
+		st.all = time.Since(start)
+		for _, d := range f.Devices() {
+			at, ok := backAt[d]
+			if !ok {
+				at = st.all // back on the new hub unseen (above)
+			}
+			st.back = append(st.back, at)
+		}
+		return st
+	}
+	for {
+		st.peakRSS = max(st.peakRSS, procstat.RSS(pid))
+		back, open := count()
 		if back == len(f.Devices()) {
-			return time.Since(start), peak, nil
+			return done(), nil
 		}
 		if open == len(f.Devices()) && time.Since(lastAsked) >= time.Second {
 			lastAsked = time.Now()
 			if n, err := watchersServed(ctx, admin); err == nil && n >= served {
-				return time.Since(start), peak, nil
+				return done(), nil
 			}
 		}
 		if time.Since(start) > 5*time.Minute {
@@ -359,15 +403,24 @@ func restartStorm(ctx context.Context, restart func(context.Context) (int, error
 					behind = append(behind, fmt.Sprintf("%s opened %d of its watches again", d.name, n))
 				}
 			}
-			return 0, peak, fmt.Errorf("%d of %d devices had their watches back 5 minutes after the hub restarted (devices by watches open, 0 to %d: %v; %s)",
+			return st, fmt.Errorf("%d of %d devices had their watches back 5 minutes after the hub restarted (devices by watches open, 0 to %d: %v; %s)",
 				back, len(f.Devices()), Watches, byOpen, strings.Join(behind, ", "))
 		}
 		select {
 		case <-ctx.Done():
-			return 0, peak, ctx.Err()
+			return st, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// storm is what restartStorm measured: when every device was back, the
+// new hub's peak RSS, when the new hub answered and when each device was
+// back, all from the restart's start.
+type storm struct {
+	all, hubBack time.Duration
+	peakRSS      int64
+	back         []time.Duration
 }
 
 // watchersServed is the number of watches the hub serves, by its metrics.

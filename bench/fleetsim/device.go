@@ -34,6 +34,8 @@ import (
 type Device struct {
 	name, site string
 	hostIP     string
+	// localAddr is the address it connects to the hub from (none: any).
+	localAddr  netip.Addr
 	client     hubclient.Interface
 	leaseEvery time.Duration
 	log        *slog.Logger

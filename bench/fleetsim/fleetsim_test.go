@@ -3,6 +3,7 @@ package fleetsim
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -122,5 +123,22 @@ func TestSmallFleet(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of 24 Leases renewed in the last 5 s", fresh)
 		}
+	}
+}
+
+func TestLoopbackAddrsAreDistinct(t *testing.T) {
+	seen := map[netip.Addr]int{}
+	for i := range 200_000 {
+		a := loopbackAddr(i)
+		if !a.Is4() || !a.IsLoopback() {
+			t.Fatalf("device %d: %s is not an IPv4 loopback address", i, a)
+		}
+		if b := a.As4(); b[2] == 0 || b[3] == 0 || b[3] == 255 {
+			t.Fatalf("device %d: %s", i, a)
+		}
+		if j, ok := seen[a]; ok {
+			t.Fatalf("devices %d and %d both connect from %s", j, i, a)
+		}
+		seen[a] = i
 	}
 }
