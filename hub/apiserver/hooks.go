@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"flotilla.dev/flotilla/api/agentapi"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -76,6 +78,13 @@ type Limits struct {
 	// default (400 and 800), negative means no cap.
 	MaxMutatingInFlight int
 	MaxReadOnlyInFlight int
+	// MaxHeartbeatsInFlight caps a pool of its own for the writes by
+	// which devices say they are alive: their Leases in kube-node-lease
+	// and their Nodes. A rollout's pod status writes fill the mutating
+	// pool; were renewals refused with them, devices would be marked
+	// unreachable and their taints and Ready reports be more writes.
+	// 0 means the default (400), negative means no cap.
+	MaxHeartbeatsInFlight int
 	// Unauthenticated requests (per source IP) and refused requests (per
 	// user) draw from a token bucket of FailureBurst tokens refilled at
 	// FailureRate per second; an empty bucket is answered 429. This bounds
@@ -309,7 +318,10 @@ func (s *Server) takeSlot(w http.ResponseWriter, r *http.Request, rr *requestRec
 			mutating = isMutating(ri.Verb)
 		}
 		sem = s.limits.readOnly
-		if mutating {
+		switch {
+		case mutating && isResource && heartbeat(user, ri):
+			sem = s.limits.heartbeats
+		case mutating:
 			sem = s.limits.mutating
 		}
 	}
@@ -319,11 +331,31 @@ func (s *Server) takeSlot(w http.ResponseWriter, r *http.Request, rr *requestRec
 			msg = "the hub has too many requests without a client certificate (joins, webhooks) in flight; retry later"
 		}
 		rr.reason = "the hub has too many requests in flight"
-		s.writeError(w, r, apierrors.NewTooManyRequests(msg, 1), nil)
+		// Retried after 1 to 3 s, drawn for each answer: client-go waits
+		// exactly what it is told, and a thousand requests refused in one
+		// second must not all come back in the same one.
+		s.writeError(w, r, apierrors.NewTooManyRequests(msg, 1+rand.IntN(3)), nil)
 		return false
 	}
 	rr.slot = &slot{sem: sem, held: true}
 	return true
+}
+
+// heartbeat says whether a device's write is one by which it says it is
+// alive: its Lease in kube-node-lease or its Node (and the Node's
+// status), as kube-apiserver's node-high priority level has them.
+func heartbeat(user *UserInfo, ri *requestInfo) bool {
+	if ri.Resource == nil || !slices.Contains(user.Groups, GroupNodes) {
+		return false
+	}
+	gvr := ri.Resource.GVR
+	switch {
+	case gvr.Group == coordinationv1.GroupName && gvr.Resource == "leases":
+		return ri.Namespace == api.NamespaceNodeLease
+	case gvr.Group == "" && gvr.Resource == "nodes":
+		return true
+	}
+	return false
 }
 
 // isLongRunning says whether a request streams its answer for as long as

@@ -15,7 +15,9 @@ import (
 type limiters struct {
 	mutating *semaphore
 	readOnly *semaphore
-	public   *semaphore
+	// heartbeats are devices' writes of their Leases and Nodes.
+	heartbeats *semaphore
+	public     *semaphore
 	// rvWaits counts lists waiting for a resourceVersion the cache has
 	// not reached.
 	rvWaits  *semaphore
@@ -33,6 +35,7 @@ type limiters struct {
 const (
 	DefaultMaxMutatingInFlight     = 400
 	DefaultMaxReadOnlyInFlight     = 800
+	DefaultMaxHeartbeatsInFlight   = 400
 	DefaultMaxPublicInFlight       = 64
 	DefaultMaxPublicBodyBytes      = 1 << 20
 	DefaultMaxBodyBytesInFlight    = 256 << 20
@@ -56,6 +59,9 @@ func newLimiters(l Limits, now func() time.Time) *limiters {
 	}
 	if l.MaxReadOnlyInFlight == 0 {
 		l.MaxReadOnlyInFlight = DefaultMaxReadOnlyInFlight
+	}
+	if l.MaxHeartbeatsInFlight == 0 {
+		l.MaxHeartbeatsInFlight = DefaultMaxHeartbeatsInFlight
 	}
 	if l.MaxPublicInFlight == 0 {
 		l.MaxPublicInFlight = DefaultMaxPublicInFlight
@@ -96,6 +102,7 @@ func newLimiters(l Limits, now func() time.Time) *limiters {
 	return &limiters{
 		mutating:          &semaphore{limit: int64(l.MaxMutatingInFlight)},
 		readOnly:          &semaphore{limit: int64(l.MaxReadOnlyInFlight)},
+		heartbeats:        &semaphore{limit: int64(l.MaxHeartbeatsInFlight)},
 		public:            &semaphore{limit: int64(l.MaxPublicInFlight)},
 		rvWaits:           &semaphore{limit: int64(l.MaxResourceVersionWaits)},
 		bodies:            &byteBudget{limit: l.MaxBodyBytesInFlight},
