@@ -387,6 +387,10 @@ func TestDirectoryCreatedAndRemovedLater(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "pod gone with the directory", func() bool { return len(src.List()) == 0 })
+	// The file's removal can take the pod before a scan finds the
+	// directory gone: the second Info may come a little later.
+	waitFor(t, "the missing directory logged again", func() bool { return strings.Count(logs.String(), "does not exist") >= 2 })
+	time.Sleep(3 * time.Second) // more scans (every 2 s) of the still missing directory
 	if c := strings.Count(logs.String(), "does not exist"); c != 2 {
 		t.Fatalf("missing-dir Info logged %d times, want once per disappearance (2)", c)
 	}
