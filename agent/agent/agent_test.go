@@ -1,16 +1,17 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,11 +24,45 @@ import (
 	"flotilla.dev/flotilla/agent/server"
 )
 
-func testLog() *slog.Logger {
+// testLog is the agent's log in a test: on stderr with FLOTILLA_TEST_LOG
+// set, else kept and shown (its last 256 KiB) only if the test fails, so
+// that a failure seen once in CI can be explained afterwards.
+func testLog(t testing.TB) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: slog.LevelDebug}
 	if os.Getenv("FLOTILLA_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		return slog.New(slog.NewTextHandler(os.Stderr, opts))
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	w := &lockedBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the agent's log (last 256 KiB):\n%s", w.tail(256<<10))
+		}
+	})
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// lockedBuffer is written by the agent's goroutines, also after the test
+// ended.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// Only the tail is ever shown; a long test's debug log stays bounded.
+	if b.buf.Len() > 4<<20 {
+		b.buf.Next(b.buf.Len() - 1<<20)
+	}
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) tail(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := b.buf.Bytes()
+	return string(out[max(0, len(out)-n):])
 }
 
 func TestConfigErrors(t *testing.T) {

@@ -84,7 +84,7 @@ func newTestDevice(t testing.TB, hub ...hubtest.Options) *testDevice {
 		NodeName: d.name, DataDir: filepath.Join(d.dir, "data"), ContainerdAddress: testimage.ContainerdSocket, ContainerdNamespace: ns,
 		Labels: map[string]string{"site": "lab"}, NodeIP: "127.0.0.1", ServerListen: "127.0.0.1:0",
 		CNIConfDir: filepath.Join(d.dir, "net.d"), LogDir: filepath.Join(d.dir, "logs"), RunDir: filepath.Join(d.dir, "run"),
-		LoggerPath: logger, NetNSPath: d.hostNS, Credentials: KubeconfigCredentials(d.hub.KubeconfigPath(), ""), Log: testLog(),
+		LoggerPath: logger, NetNSPath: d.hostNS, Credentials: KubeconfigCredentials(d.hub.KubeconfigPath(), ""), Log: testLog(t),
 		ManifestsDir: filepath.Join(d.dir, "manifests"), TrustDir: filepath.Join(d.dir, "trust"),
 	}
 	t.Cleanup(d.stop)

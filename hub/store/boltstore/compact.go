@@ -3,6 +3,7 @@ package boltstore
 import (
 	"context"
 	"fmt"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -76,6 +77,7 @@ func (s *Store) compact(ctx context.Context, rev int64) error {
 // commits only when it deleted something: an empty commit would still cost
 // a sync.
 func (s *Store) purgeChunk(rev int64) (int, error) {
+	start := time.Now()
 	tx, err := s.db.Begin(true)
 	if err != nil {
 		return 0, err
@@ -97,6 +99,10 @@ func (s *Store) purgeChunk(rev int64) (int, error) {
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, err
+	}
+	// Writes wait for the whole of it: the chunk holds the write lock.
+	if took := time.Since(start); took >= slowCommit {
+		s.log.Warn("slow compaction chunk", "took", took.Round(time.Millisecond), "events", len(keys))
 	}
 	return len(keys), nil
 }

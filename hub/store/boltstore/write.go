@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	rtmetrics "runtime/metrics"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -219,7 +220,9 @@ func (s *Store) commit(batch []*writeOp) {
 }
 
 func (s *Store) applyBatch(batch []*writeOp, results []writeResult) ([]store.Event, error) {
+	began := time.Now()
 	tx, err := s.db.Begin(true)
+	locked := time.Since(began)
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", err)
 	}
@@ -273,14 +276,56 @@ func (s *Store) applyBatch(batch []*writeOp, results []writeResult) ([]store.Eve
 	if err := meta.Put(metaRev, encodeRev(rev)); err != nil {
 		return nil, fmt.Errorf("store revision: %w", err)
 	}
+	gcs := gcCycles()
 	start := time.Now()
 	err = tx.Commit()
 	committed = true
-	s.met.observeCommit(time.Since(start), len(events))
+	took := time.Since(start)
+	s.met.observeCommit(took, len(events))
 	if err != nil {
 		return nil, err
 	}
+	if took >= slowCommit || locked >= slowCommit {
+		s.reportSlowCommit(tx, len(events), locked, took, gcCycles()-gcs)
+	}
 	return events, nil
+}
+
+// slowCommit is when a commit holds up the writes behind it long enough
+// for clients to notice: a fleet's Lease renewals queue up behind it.
+const slowCommit = 250 * time.Millisecond
+
+// reportSlowCommit says where a slow commit spent its time, in bbolt's
+// phases: waiting for the write lock (a compaction chunk holds it),
+// rebalancing after deletes, spilling nodes onto pages (which may remap a
+// grown file, waiting for every open read transaction), and writing the
+// pages and syncing them; "other" is the file growing. Garbage collection
+// cycles that ran meanwhile point at the process instead of the disk.
+func (s *Store) reportSlowCommit(tx *bolt.Tx, writes int, locked, took time.Duration, gcs uint64) {
+	st := tx.Stats()
+	phases := st.GetRebalanceTime() + st.GetSpillTime() + st.GetWriteTime()
+	s.log.Warn("slow store commit",
+		"took", took.Round(time.Millisecond),
+		"lockWait", locked.Round(time.Millisecond),
+		"rebalance", st.GetRebalanceTime().Round(time.Millisecond),
+		"spill", st.GetSpillTime().Round(time.Millisecond),
+		"write", st.GetWriteTime().Round(time.Millisecond),
+		"other", max(took-phases, 0).Round(time.Millisecond),
+		"writes", writes,
+		"pagesWritten", st.GetWrite(),
+		"gcCycles", gcs)
+}
+
+var gcSample = []rtmetrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+
+// gcCycles reads the process's completed GC cycles; only the write loop
+// calls it, so the shared sample needs no lock.
+func gcCycles() uint64 {
+	rtmetrics.Read(gcSample)
+	if gcSample[0].Value.Kind() != rtmetrics.KindUint64 {
+		return 0
+	}
+	return gcSample[0].Value.Uint64()
 }
 
 // check tests op's precondition against the key's current object and

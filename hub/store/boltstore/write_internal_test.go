@@ -1,9 +1,14 @@
 package boltstore
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,3 +98,70 @@ func batchSizes(t *testing.T, s *Store) string {
 	}
 	return fmt.Sprintf("%v writes in %d commits", m.GetHistogram().GetSampleSum(), m.GetHistogram().GetSampleCount())
 }
+
+// TestSlowCommitIsReported: a write held up by another writer of the file
+// (as by a compaction chunk) is reported with the time it waited for the
+// write lock, so that an operator can tell the store's stalls from the
+// disk's.
+func TestSlowCommitIsReported(t *testing.T) {
+	var logged bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logged.Write(p)
+	}), nil))
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"), Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.Create(ctx, "/quick", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if strings.Contains(logged.String(), "slow store commit") {
+		t.Errorf("a quick commit was reported slow:\n%s", logged.String())
+	}
+	mu.Unlock()
+
+	tx, err := s.db.Begin(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Create(ctx, "/held", []byte("v"))
+		errc <- err
+	}()
+	time.Sleep(slowCommit + 100*time.Millisecond)
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	out := logged.String()
+	if !strings.Contains(out, `msg="slow store commit"`) || !strings.Contains(out, "writes=1") {
+		t.Fatalf("a write that waited %v for the write lock was not reported:\n%s", slowCommit+100*time.Millisecond, out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "slow store commit") {
+			wait := regexp.MustCompile(`lockWait=(\S+)`).FindStringSubmatch(line)
+			if wait == nil {
+				t.Errorf("no lockWait: %s", line)
+				continue
+			}
+			if d, err := time.ParseDuration(wait[1]); err != nil || d < slowCommit {
+				t.Errorf("lockWait %q, want at least %v: %s", wait[1], slowCommit, line)
+			}
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
