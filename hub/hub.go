@@ -442,7 +442,7 @@ func (h *Hub) Run(ctx context.Context) error {
 
 	tlsCfg := h.pki.ServerTLSConfig()
 	tlsCfg.NextProtos = []string{"h2", "http/1.1"}
-	// Handshakes are admitted a few at a time, newest first: a fleet
+	// Handshakes are admitted a bounded number at a time, newest first: a fleet
 	// reconnecting at once must not starve every handshake, the
 	// administrator's included (see package handshake).
 	tlsLn, err := handshake.NewListener(h.listener, tlsCfg, handshake.Options{Registerer: h.reg, Logger: h.log})

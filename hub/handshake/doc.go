@@ -7,8 +7,9 @@
 // once, each finishes late, many after their client gave up (client-go
 // allows 10 s), and the work spent on those is lost while their clients
 // come back for more: the storm feeds itself, and an administrator's own
-// connection waits behind all of it. Here a few handshakes run at a time,
-// each finishes in a few milliseconds, the newest connection is taken
-// first (its client is still waiting), and one that waited longer than its
-// client likely would is closed without the costly part of a handshake.
+// connection waits behind all of it. Here a bounded number of handshakes
+// run at a time (hundreds: most of a handshake is waiting for the client),
+// the newest connection is taken first (its client is still waiting), and
+// one that waited longer than its client likely would is closed without
+// the costly part of a handshake.
 package handshake

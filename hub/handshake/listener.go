@@ -19,14 +19,19 @@ const (
 	DefaultMaxWait    = 5 * time.Second
 	DefaultTimeout    = 10 * time.Second
 	DefaultMaxPending = 16384
-	minConcurrency    = 16
+	perCPU            = 128
+	minConcurrency    = 256
 )
 
 // Options tune a Listener; the zero value is the production default.
 type Options struct {
-	// Concurrency is how many handshakes run at once; 0 means four per
-	// CPU, at least 16. A handshake also waits for its client's answers,
-	// so more run than there are cores.
+	// Concurrency is how many handshakes run at once; 0 means 128 per
+	// CPU, at least 256. A handshake mostly waits for its client's
+	// answers (a device on a slow link, a busy device), so many more run
+	// than there are cores: too few would leave the hub idle while
+	// connections wait, and under a steady stream of new ones the oldest
+	// would wait past MaxWait. Few enough that their CPU is shared by
+	// hundreds, not by a whole fleet.
 	Concurrency int
 	// MaxWait is how long an accepted connection may wait for its
 	// handshake to begin; one that waited longer is closed unanswered (0:
@@ -47,7 +52,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.Concurrency <= 0 {
-		o.Concurrency = max(4*runtime.GOMAXPROCS(0), minConcurrency)
+		o.Concurrency = max(perCPU*runtime.GOMAXPROCS(0), minConcurrency)
 	}
 	if o.MaxWait <= 0 {
 		o.MaxWait = DefaultMaxWait
@@ -260,8 +265,10 @@ func (l *Listener) handshakeLoop() {
 		}
 		tc := tls.Server(w.conn, l.cfg)
 		hctx, hcancel := context.WithTimeout(ctx, l.opts.Timeout)
+		began := time.Now()
 		err := tc.HandshakeContext(hctx)
 		hcancel()
+		l.met.observeHandshake(time.Since(began))
 		if err != nil {
 			_ = tc.Close()
 			l.met.observe(resultFailed)

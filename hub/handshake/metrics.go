@@ -18,6 +18,7 @@ type metrics struct {
 	reg        prometheus.Registerer
 	handshakes *prometheus.CounterVec
 	wait       prometheus.Histogram
+	took       prometheus.Histogram
 	collectors []prometheus.Collector
 }
 
@@ -33,12 +34,17 @@ func newMetrics(reg prometheus.Registerer, l *Listener) (*metrics, error) {
 			Help:    "Time an accepted connection waited for its TLS handshake to begin.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
 		}),
+		took: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "flotilla_tls_handshake_duration_seconds",
+			Help:    "Time a TLS handshake of the hub's listener took, from its start to its end (failed ones included); mostly its client's round trips and CPU.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
+		}),
 	}
 	waitingNow := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "flotilla_tls_handshakes_waiting",
 		Help: "Accepted connections waiting for their TLS handshake.",
 	}, func() float64 { return float64(l.waiting()) })
-	for _, c := range []prometheus.Collector{m.handshakes, m.wait, waitingNow} {
+	for _, c := range []prometheus.Collector{m.handshakes, m.wait, m.took, waitingNow} {
 		if err := reg.Register(c); err != nil {
 			m.unregister()
 			return nil, err
@@ -60,6 +66,12 @@ func (m *metrics) observe(result string) {
 func (m *metrics) observeWait(d time.Duration) {
 	if m != nil {
 		m.wait.Observe(d.Seconds())
+	}
+}
+
+func (m *metrics) observeHandshake(d time.Duration) {
+	if m != nil {
+		m.took.Observe(d.Seconds())
 	}
 }
 
