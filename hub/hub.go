@@ -27,7 +27,6 @@ import (
 	"flotilla.dev/flotilla/hub/apiserver/openapi"
 	"flotilla.dev/flotilla/hub/audit"
 	"flotilla.dev/flotilla/hub/auth"
-	"flotilla.dev/flotilla/hub/handshake"
 	"flotilla.dev/flotilla/hub/join"
 	"flotilla.dev/flotilla/hub/pki"
 	"flotilla.dev/flotilla/hub/secrets"
@@ -168,7 +167,6 @@ type Hub struct {
 	pki      *pki.PKI
 	api      *apiserver.Server
 	listener net.Listener
-	reg      prometheus.Registerer
 	url      string
 	audit    *audit.Log
 	graph    *auth.Graph
@@ -267,7 +265,7 @@ func New(cfg Config) (*Hub, error) {
 		st.Close()
 		return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
 	}
-	h := &Hub{cfg: cfg, log: cfg.Log, store: st, pki: p, api: srv, listener: ln, reg: reg, audit: auditLog, graph: graph, revocations: revs}
+	h := &Hub{cfg: cfg, log: cfg.Log, store: st, pki: p, api: srv, listener: ln, audit: auditLog, graph: graph, revocations: revs}
 	h.url = cfg.AdvertiseURL
 	if h.url == "" {
 		h.url = "https://" + advertiseHost(ln.Addr().(*net.TCPAddr))
@@ -442,14 +440,6 @@ func (h *Hub) Run(ctx context.Context) error {
 
 	tlsCfg := h.pki.ServerTLSConfig()
 	tlsCfg.NextProtos = []string{"h2", "http/1.1"}
-	// Handshakes are admitted a bounded number at a time, newest first: a fleet
-	// reconnecting at once must not starve every handshake, the
-	// administrator's included (see package handshake).
-	tlsLn, err := handshake.NewListener(h.listener, tlsCfg, handshake.Options{Registerer: h.reg, Logger: h.log})
-	if err != nil {
-		h.listener.Close()
-		return fmt.Errorf("serving HTTPS: %w", err)
-	}
 	// No WriteTimeout: watches and pod logs stream for as long as they
 	// last. The API sets a deadline on every other answer, and on every
 	// body (apiserver.Limits); ReadTimeout only bounds a request no
@@ -484,7 +474,7 @@ func (h *Hub) Run(ctx context.Context) error {
 		{Name: "api server", Run: h.api.Run},
 		{Name: "pki", Run: h.pki.Run},
 		{Name: "serving HTTPS", Run: func(ctx context.Context) error {
-			return serve(ctx, httpSrv, tlsLn)
+			return serve(ctx, httpSrv, tls.NewListener(h.listener, tlsCfg))
 		}},
 		{Name: "node authorizer", Run: afterReady(func(ctx context.Context) error { return h.graph.Run(ctx, h.AdminConfig()) })},
 		{Name: "revocations", Run: afterReady(func(ctx context.Context) error { return h.revocations.Run(ctx, h.AdminConfig()) })},
@@ -503,7 +493,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	h.log.Info("hub serving", "url", h.url, "kubeconfig", h.KubeconfigPath(), "dataDir", h.cfg.DataDir)
 	// The first error also ends the requests in flight (ctx is their
 	// base context) while the loops stop.
-	err = run.Group{Loops: loops, OnError: func(error) { cancel() }}.Run(ctx)
+	err := run.Group{Loops: loops, OnError: func(error) { cancel() }}.Run(ctx)
 	// Already shut down unless serving failed by itself.
 	shutdown(httpSrv)
 	return err
