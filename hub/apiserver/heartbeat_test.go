@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -13,7 +14,7 @@ import (
 // own. A refused request is told to come back in 1 to 3 s, drawn for
 // each answer.
 func TestHeartbeatsHaveSlotsOfTheirOwn(t *testing.T) {
-	s := &Server{limits: newLimiters(Limits{MaxMutatingInFlight: 1, MaxHeartbeatsInFlight: 1}, time.Now)}
+	s := &Server{limits: newLimiters(Limits{MaxMutatingInFlight: 1, MaxHeartbeatsInFlight: 1, QueueWait: -1}, time.Now)}
 	node := &UserInfo{Name: "system:node:dev-1", Groups: []string{GroupNodes}}
 	take := func(user *UserInfo, path string) (*requestRecord, *httptest.ResponseRecorder) {
 		t.Helper()
@@ -83,5 +84,70 @@ func TestHeartbeatsHaveSlotsOfTheirOwn(t *testing.T) {
 	rollout.slot.release()
 	if again, _ := take(node, podStatus); again == nil {
 		t.Error("the mutating slot was not given back")
+	}
+}
+
+// TestFullPoolsQueue: a request that finds its pool full waits for a slot
+// (QueueWait), in order, as many at most as the pool holds; one that
+// waits in vain, or whose client gives up, is refused.
+func TestFullPoolsQueue(t *testing.T) {
+	const wait = 400 * time.Millisecond
+	sem := newLimiters(Limits{MaxHeartbeatsInFlight: 2, QueueWait: wait}, time.Now).heartbeats
+	bg := context.Background()
+	for range 2 {
+		if !sem.acquireWait(bg) {
+			t.Fatal("a free slot was refused")
+		}
+	}
+	got := make(chan int, 3)
+	for i := range 2 {
+		go func() {
+			if sem.acquireWait(bg) {
+				got <- i
+			} else {
+				got <- -1
+			}
+		}()
+		time.Sleep(20 * time.Millisecond) // in this order
+	}
+	time.Sleep(20 * time.Millisecond)
+	start := time.Now()
+	if sem.acquireWait(bg) {
+		t.Fatal("a third waiter was let in, with two slots taken and two waiting")
+	}
+	if took := time.Since(start); took > wait/2 {
+		t.Errorf("with the queue full, a request was refused after %v, not at once", took)
+	}
+	sem.release()
+	if first := <-got; first != 0 {
+		t.Errorf("the slot went to waiter %d, want the first", first)
+	}
+	sem.release()
+	if second := <-got; second != 1 {
+		t.Errorf("the next slot went to waiter %d, want the second", second)
+	}
+
+	// Full again (the two waiters hold the slots): a wait in vain ends
+	// after QueueWait, one whose client leaves ends then.
+	start = time.Now()
+	if sem.acquireWait(bg) {
+		t.Fatal("a full pool let a request in")
+	}
+	if took := time.Since(start); took < wait || took > 5*wait {
+		t.Errorf("a wait in vain took %v, want %v", took, wait)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+	start = time.Now()
+	if sem.acquireWait(ctx) {
+		t.Fatal("a request whose client left took a slot")
+	}
+	if took := time.Since(start); took > wait/2 {
+		t.Errorf("a request whose client left waited %v", took)
+	}
+	sem.release()
+	sem.release()
+	if sem.n.Load() != 0 || len(sem.waiters) != 0 {
+		t.Errorf("after every release: %d slots taken, %d waiting; want none", sem.n.Load(), len(sem.waiters))
 	}
 }

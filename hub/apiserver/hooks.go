@@ -85,6 +85,13 @@ type Limits struct {
 	// unreachable and their taints and Ready reports be more writes.
 	// 0 means the default (400), negative means no cap.
 	MaxHeartbeatsInFlight int
+	// QueueWait is how long a request with a certificate waits for a
+	// slot when its pool (mutating, read-only, heartbeats) is full, as
+	// many waiting at most as the pool holds, before it is answered 429;
+	// kube-apiserver's priority levels queue too. A slow store commit
+	// then delays requests instead of turning them away. 0 means the
+	// default (2 s), negative means refuse at once.
+	QueueWait time.Duration
 	// Unauthenticated requests (per source IP) and refused requests (per
 	// user) draw from a token bucket of FailureBurst tokens refilled at
 	// FailureRate per second; an empty bucket is answered 429. This bounds
@@ -300,7 +307,8 @@ func failureKey(r *http.Request, rr *requestRecord) string {
 // takeSlot takes the request's place among the requests in flight:
 // unauthenticated ones in the public pool, the others in the mutating or
 // the read-only one. Administrators and watches (long-running) take none.
-// It answers 429 when the pool is full.
+// It answers 429 when the pool is full and, for requests with a
+// certificate, stays full for Limits.QueueWait.
 func (s *Server) takeSlot(w http.ResponseWriter, r *http.Request, rr *requestRecord, ri *requestInfo, isResource bool) bool {
 	user := rr.user
 	if user != nil && slices.Contains(user.Groups, GroupAdmins) {
@@ -325,7 +333,7 @@ func (s *Server) takeSlot(w http.ResponseWriter, r *http.Request, rr *requestRec
 			sem = s.limits.mutating
 		}
 	}
-	if !sem.acquire() {
+	if !sem.acquireWait(r.Context()) {
 		msg := "the hub has too many requests in flight; retry later"
 		if user == nil {
 			msg = "the hub has too many requests without a client certificate (joins, webhooks) in flight; retry later"

@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,7 @@ const (
 	DefaultMaxReadOnlyInFlight     = 800
 	DefaultMaxHeartbeatsInFlight   = 400
 	DefaultMaxPublicInFlight       = 64
+	DefaultQueueWait               = 2 * time.Second
 	DefaultMaxPublicBodyBytes      = 1 << 20
 	DefaultMaxBodyBytesInFlight    = 256 << 20
 	DefaultBodyTimeout             = 60 * time.Second
@@ -65,6 +67,13 @@ func newLimiters(l Limits, now func() time.Time) *limiters {
 	}
 	if l.MaxPublicInFlight == 0 {
 		l.MaxPublicInFlight = DefaultMaxPublicInFlight
+	}
+	if l.QueueWait == 0 {
+		l.QueueWait = DefaultQueueWait
+	}
+	// As many may wait as the pool holds.
+	queued := func(limit int) *semaphore {
+		return &semaphore{limit: int64(limit), wait: l.QueueWait, queue: limit}
 	}
 	if l.MaxPublicBodyBytes <= 0 {
 		l.MaxPublicBodyBytes = DefaultMaxPublicBodyBytes
@@ -100,9 +109,9 @@ func newLimiters(l Limits, now func() time.Time) *limiters {
 		l.UserBurst = DefaultUserBurst
 	}
 	return &limiters{
-		mutating:          &semaphore{limit: int64(l.MaxMutatingInFlight)},
-		readOnly:          &semaphore{limit: int64(l.MaxReadOnlyInFlight)},
-		heartbeats:        &semaphore{limit: int64(l.MaxHeartbeatsInFlight)},
+		mutating:          queued(l.MaxMutatingInFlight),
+		readOnly:          queued(l.MaxReadOnlyInFlight),
+		heartbeats:        queued(l.MaxHeartbeatsInFlight),
 		public:            &semaphore{limit: int64(l.MaxPublicInFlight)},
 		rvWaits:           &semaphore{limit: int64(l.MaxResourceVersionWaits)},
 		bodies:            &byteBudget{limit: l.MaxBodyBytesInFlight},
@@ -206,12 +215,22 @@ func (b *byteBudget) refund(n int64) {
 	}
 }
 
-// semaphore counts requests in flight; it never blocks, a full one refuses.
+// semaphore counts requests in flight. A full one refuses at once, or,
+// with wait set, lets up to queue requests wait that long for a slot, in
+// the order they came: a store commit that stalls for a second holds up a
+// second's writes, and the requests behind them are better answered a
+// second late than refused and sent again.
 type semaphore struct {
 	limit int64 // negative: unlimited
 	n     atomic.Int64
+	wait  time.Duration
+	queue int
+
+	mu      sync.Mutex
+	waiters []chan struct{} // closed when handed a slot
 }
 
+// acquire takes a slot if one is free.
 func (s *semaphore) acquire() bool {
 	if s.limit < 0 {
 		return true
@@ -223,10 +242,65 @@ func (s *semaphore) acquire() bool {
 	return true
 }
 
-func (s *semaphore) release() {
-	if s.limit >= 0 {
-		s.n.Add(-1)
+// acquireWait takes a slot, waiting for one if the semaphore queues and
+// its queue has room, until the wait ends or ctx does.
+func (s *semaphore) acquireWait(ctx context.Context) bool {
+	if s.acquire() {
+		return true
 	}
+	if s.wait <= 0 {
+		return false
+	}
+	s.mu.Lock()
+	// A slot released since the first try was not handed to anyone.
+	if s.acquire() {
+		s.mu.Unlock()
+		return true
+	}
+	if len(s.waiters) >= s.queue {
+		s.mu.Unlock()
+		return false
+	}
+	ready := make(chan struct{})
+	s.waiters = append(s.waiters, ready)
+	s.mu.Unlock()
+	t := time.NewTimer(s.wait)
+	defer t.Stop()
+	select {
+	case <-ready:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i := slices.Index(s.waiters, ready); i >= 0 {
+		s.waiters = slices.Delete(s.waiters, i, i+1)
+		return false
+	}
+	// Handed a slot as the wait ended.
+	return true
+}
+
+// release gives the slot to the longest waiting request, or frees it.
+func (s *semaphore) release() {
+	if s.limit < 0 {
+		return
+	}
+	if s.wait > 0 {
+		s.mu.Lock()
+		if len(s.waiters) > 0 {
+			next := s.waiters[0]
+			s.waiters = slices.Delete(s.waiters, 0, 1)
+			s.mu.Unlock()
+			close(next)
+			return
+		}
+		s.n.Add(-1)
+		s.mu.Unlock()
+		return
+	}
+	s.n.Add(-1)
 }
 
 // buckets are token buckets by client key.
