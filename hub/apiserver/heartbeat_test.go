@@ -91,7 +91,7 @@ func TestHeartbeatsHaveSlotsOfTheirOwn(t *testing.T) {
 // (QueueWait), in order, as many at most as the pool holds; one that
 // waits in vain, or whose client gives up, is refused.
 func TestFullPoolsQueue(t *testing.T) {
-	const wait = 400 * time.Millisecond
+	const wait = time.Second
 	sem := newLimiters(Limits{MaxHeartbeatsInFlight: 2, QueueWait: wait}, time.Now).heartbeats
 	bg := context.Background()
 	for range 2 {
@@ -108,9 +108,14 @@ func TestFullPoolsQueue(t *testing.T) {
 				got <- -1
 			}
 		}()
-		time.Sleep(20 * time.Millisecond) // in this order
+		// In this order: the next starts once this one waits.
+		for deadline := time.Now().Add(10 * time.Second); waiting(sem) < i+1; {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiter %d never queued", i)
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
-	time.Sleep(20 * time.Millisecond)
 	start := time.Now()
 	if sem.acquireWait(bg) {
 		t.Fatal("a third waiter was let in, with two slots taken and two waiting")
@@ -150,4 +155,10 @@ func TestFullPoolsQueue(t *testing.T) {
 	if sem.n.Load() != 0 || len(sem.waiters) != 0 {
 		t.Errorf("after every release: %d slots taken, %d waiting; want none", sem.n.Load(), len(sem.waiters))
 	}
+}
+
+func waiting(s *semaphore) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.waiters)
 }
