@@ -1,10 +1,8 @@
 package ctl
 
 import (
-	"bytes"
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 
 	"flotilla.dev/flotilla/api"
 	"flotilla.dev/flotilla/api/v1alpha1"
+	"flotilla.dev/flotilla/internal/testlog"
 )
 
 var now = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -26,30 +25,11 @@ var now = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 func before(d time.Duration) metav1.Time { return metav1.NewTime(now.Add(-d)) }
 func ptr[T any](v T) *T                  { return &v }
 
-// syncBuffer is a bytes.Buffer safe for a command writing while the test
-// reads (watches).
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type harness struct {
 	t        *testing.T
 	typed    *fake.Clientset
 	dynamic  *dynfake.FakeDynamicClient
-	out, err *syncBuffer
+	out, err *testlog.Buffer
 	stdin    string
 }
 
@@ -79,7 +59,7 @@ func (h *harness) run(args ...string) (string, string, int) {
 }
 
 func (h *harness) runCtx(ctx context.Context, args ...string) (string, string, int) {
-	h.out, h.err = &syncBuffer{}, &syncBuffer{}
+	h.out, h.err = &testlog.Buffer{}, &testlog.Buffer{}
 	app := &App{In: strings.NewReader(h.stdin), Out: h.out, Err: h.err, Now: func() time.Time { return now },
 		Getenv: func(string) string { return "" },
 		Connect: func(f *ConfigFlags) (*Clients, error) {

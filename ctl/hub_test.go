@@ -26,6 +26,7 @@ import (
 	"flotilla.dev/flotilla/hub/hubtest"
 	"flotilla.dev/flotilla/hub/scheduler"
 	"flotilla.dev/flotilla/internal/testenv"
+	"flotilla.dev/flotilla/internal/testlog"
 )
 
 // hubRun runs flotctl against a real hub, finding it the way a user
@@ -50,7 +51,7 @@ func startHub(t *testing.T) *hubRun {
 }
 
 func (r *hubRun) run(ctx context.Context, stdin string, args ...string) (string, string, int) {
-	out, errOut := &syncBuffer{}, &syncBuffer{}
+	out, errOut := &testlog.Buffer{}, &testlog.Buffer{}
 	now := r.now
 	if now == nil {
 		now = time.Now
@@ -211,10 +212,10 @@ func TestAgainstHubGitSourcesFleetAndWatch(t *testing.T) {
 	// get -w sees a node arrive.
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wout := &syncBuffer{}
+	wout := &testlog.Buffer{}
 	done := make(chan int)
 	go func() {
-		app := &App{In: strings.NewReader(""), Out: wout, Err: &syncBuffer{}, Now: time.Now, Getenv: func(k string) string { return r.env[k] }}
+		app := &App{In: strings.NewReader(""), Out: wout, Err: &testlog.Buffer{}, Now: time.Now, Getenv: func(k string) string { return r.env[k] }}
 		done <- Main(wctx, app, []string{"get", "nodes", "-w"})
 	}()
 	waitFor(t, func() bool { return strings.Contains(wout.String(), "kiosk-7") })

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +20,7 @@ import (
 
 	"flotilla.dev/flotilla/agent/runtime/podns"
 	"flotilla.dev/flotilla/agent/server"
+	"flotilla.dev/flotilla/internal/testlog"
 )
 
 // testLog is the agent's log in a test: on stderr with FLOTILLA_TEST_LOG
@@ -32,37 +31,13 @@ func testLog(t testing.TB) *slog.Logger {
 	if os.Getenv("FLOTILLA_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, opts))
 	}
-	w := &lockedBuffer{}
+	w := &testlog.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("the agent's log (last 256 KiB):\n%s", w.tail(256<<10))
+			t.Logf("the agent's log (last 256 KiB):\n%s", w.Tail(256<<10))
 		}
 	})
 	return slog.New(slog.NewTextHandler(w, opts))
-}
-
-// lockedBuffer is written by the agent's goroutines, also after the test
-// ended.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	// Only the tail is ever shown; a long test's debug log stays bounded.
-	if b.buf.Len() > 4<<20 {
-		b.buf.Next(b.buf.Len() - 1<<20)
-	}
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) tail(n int) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	out := b.buf.Bytes()
-	return string(out[max(0, len(out)-n):])
 }
 
 func TestConfigErrors(t *testing.T) {

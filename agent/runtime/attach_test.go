@@ -1,34 +1,16 @@
 package runtime
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"flotilla.dev/flotilla/internal/testlog"
 )
-
-// outBuf is a session's output, safe to read while it is written.
-type outBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *outBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *outBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -45,13 +27,13 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // writes to.
 type session struct {
 	in   *io.PipeWriter
-	out  *outBuf
+	out  *testlog.Buffer
 	done chan error
 }
 
 func attach(ctx context.Context, rt *Runtime, id string, tty bool) *session {
 	pr, pw := io.Pipe()
-	s := &session{in: pw, out: &outBuf{}, done: make(chan error, 1)}
+	s := &session{in: pw, out: &testlog.Buffer{}, done: make(chan error, 1)}
 	go func() { s.done <- rt.Attach(ctx, id, ExecIO{Stdin: pr, Stdout: s.out, Stderr: s.out, TTY: tty}) }()
 	return s
 }
@@ -117,7 +99,7 @@ func TestAttach(t *testing.T) {
 	}
 
 	once := relay("once", func(c *ContainerConfig) { c.Stdin, c.StdinOnce = true, true })
-	out := &outBuf{}
+	out := &testlog.Buffer{}
 	if err := e.rt.Attach(ctx, once.ID, ExecIO{Stdin: strings.NewReader("a\nb\n"), Stdout: out, Stderr: out}); err != nil {
 		t.Fatal(err)
 	}

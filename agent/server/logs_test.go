@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"flotilla.dev/flotilla/agent/runtime/logdriver"
+	"flotilla.dev/flotilla/internal/testlog"
 )
 
 var t0 = time.Date(2030, 5, 1, 12, 0, 0, 0, time.UTC)
@@ -183,24 +184,6 @@ func TestFindAttemptsAndErrors(t *testing.T) {
 	}
 }
 
-// syncBuffer is a buffer a follower writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestFollowThroughRotation(t *testing.T) {
 	dir := t.TempDir()
 	d := podLogs(t, dir, "ns", "p", "u", "c")
@@ -227,7 +210,7 @@ func TestFollowThroughRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out testlog.Buffer
 	done := make(chan error, 1)
 	fl := &follower{poll: time.Millisecond, idleChecks: 1}
 	go func() { done <- readLogs(context.Background(), &out, ref, LogOptions{TailLines: -1, Follow: true}, fl) }()
@@ -276,7 +259,7 @@ func TestFollowEndsWhenContainerStopsOrClientLeaves(t *testing.T) {
 		defer mu.Unlock()
 		return running, nil
 	}}
-	var out syncBuffer
+	var out testlog.Buffer
 	done := make(chan error, 1)
 	go func() { done <- readLogs(context.Background(), &out, ref, LogOptions{TailLines: -1, Follow: true}, fl) }()
 	waitUntil(t, "the first line", func() bool { return out.String() == "a\n" })

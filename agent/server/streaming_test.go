@@ -26,6 +26,8 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
 	utilexec "k8s.io/client-go/util/exec"
+
+	"flotilla.dev/flotilla/internal/testlog"
 )
 
 // fakeStreamer runs a few commands of its own and dials a local server
@@ -365,7 +367,7 @@ func TestPortForwardProtocols(t *testing.T) {
 	}()
 	// client-go reports a forwarded connection's error through
 	// HandleError, not to the forwarder's error writer.
-	var errOut syncBuffer
+	var errOut testlog.Buffer
 	saved := utilruntime.ErrorHandlers
 	utilruntime.ErrorHandlers = append(saved[:len(saved):len(saved)], func(_ context.Context, err error, _ string, _ ...any) {
 		io.WriteString(&errOut, err.Error()+"\n")

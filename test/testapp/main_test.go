@@ -11,9 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"flotilla.dev/flotilla/internal/testlog"
 )
 
 func TestParseConfigFlagsOverEnv(t *testing.T) {
@@ -113,24 +114,6 @@ func TestEndpoints(t *testing.T) {
 	}
 }
 
-// syncBuffer lets the test read what serve writes from another goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func freeAddr(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -155,7 +138,7 @@ func waitServing(t *testing.T, addr string) {
 func TestSigtermDrainsInFlight(t *testing.T) {
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuffer
+	var out testlog.Buffer
 	type result struct {
 		code int
 		err  error

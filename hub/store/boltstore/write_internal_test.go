@@ -1,19 +1,19 @@
 package boltstore
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"flotilla.dev/flotilla/internal/testlog"
 )
 
 // TestQueuedWritesWaitForCompany: a write that queued up while a commit
@@ -104,13 +104,8 @@ func batchSizes(t *testing.T, s *Store) string {
 // write lock, so that an operator can tell the store's stalls from the
 // disk's.
 func TestSlowCommitIsReported(t *testing.T) {
-	var logged bytes.Buffer
-	var mu sync.Mutex
-	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return logged.Write(p)
-	}), nil))
+	var logged testlog.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
 	s, err := Open(filepath.Join(t.TempDir(), "state.db"), Options{Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -120,11 +115,9 @@ func TestSlowCommitIsReported(t *testing.T) {
 	if _, err := s.Create(ctx, "/quick", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
 	if strings.Contains(logged.String(), "slow store commit") {
 		t.Errorf("a quick commit was reported slow:\n%s", logged.String())
 	}
-	mu.Unlock()
 
 	tx, err := s.db.Begin(true)
 	if err != nil {
@@ -142,8 +135,6 @@ func TestSlowCommitIsReported(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	out := logged.String()
 	if !strings.Contains(out, `msg="slow store commit"`) || !strings.Contains(out, "writes=1") {
 		t.Fatalf("a write that waited %v for the write lock was not reported:\n%s", slowCommit+100*time.Millisecond, out)
@@ -161,7 +152,3 @@ func TestSlowCommitIsReported(t *testing.T) {
 		}
 	}
 }
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
