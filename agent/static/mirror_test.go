@@ -18,6 +18,7 @@ import (
 
 	"flotilla.dev/flotilla/agent/hubclient/fromclientset"
 	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/internal/testlog"
 )
 
 // fakeSource is a settable static pod set.
@@ -206,7 +207,7 @@ func TestMirrorerRunSurvivesAnUnreachableHub(t *testing.T) {
 		return false, nil, nil
 	})
 	src := &fakeSource{}
-	logs := &logBuf{}
+	logs := &testlog.Buffer{}
 	m := NewMirrorer(fromclientset.New(client), src, node, slog.New(slog.NewTextHandler(logs, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	poke := make(chan struct{}, 1)

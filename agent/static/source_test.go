@@ -1,7 +1,6 @@
 package static
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"flotilla.dev/flotilla/api"
+	"flotilla.dev/flotilla/internal/testlog"
 )
 
 // The kubelet's PodSource, restated so this package need not import it.
@@ -74,28 +74,10 @@ func (n *notes) has(uid types.UID) bool {
 	return slices.Contains(n.uids, uid)
 }
 
-// logBuf is a concurrency-safe log sink.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // start runs a Source over dir until the test ends.
-func start(t *testing.T, dir string, interval time.Duration) (*Source, *notes, *logBuf) {
+func start(t *testing.T, dir string, interval time.Duration) (*Source, *notes, *testlog.Buffer) {
 	t.Helper()
-	logs := &logBuf{}
+	logs := &testlog.Buffer{}
 	src, err := New(Config{Dir: dir, NodeName: node, Interval: interval,
 		Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
