@@ -36,7 +36,7 @@ func runHub(t *testing.T, bin string, args ...string) string {
 // TestTokenAndKubeconfigCommands runs the commands as an operator would
 // against a running hub binary: tokens are created, listed (without their
 // secret) and deleted; a viewer kubeconfig reads but cannot see Secrets;
-// and the Secret's value is nowhere in state.db.
+// and the Secret's value is nowhere in state.db or its log.
 func TestTokenAndKubeconfigCommands(t *testing.T) {
 	bin := testbin.Path(t, "flotilla-hub")
 	dir := t.TempDir()
@@ -168,16 +168,26 @@ func TestTokenAndKubeconfigCommands(t *testing.T) {
 		Data: map[string]string{"k": "plain-marker-" + value[:7]}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, "state.db"))
+	// At rest is the store file and its write-ahead log, which holds the
+	// writes until they are checkpointed into the file.
+	files, err := filepath.Glob(filepath.Join(dir, "state.wal", "*"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	var raw []byte
+	for _, f := range append([]string{filepath.Join(dir, "state.db")}, files...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw = append(raw, b...)
+	}
 	if !bytes.Contains(raw, []byte("plain-marker-")) {
-		t.Fatal("state.db does not hold the config map written just before: the check reads the wrong file")
+		t.Fatal("state.db and state.wal/ do not hold the config map written just before: the check reads the wrong files")
 	}
 	for _, form := range []string{value, base64.StdEncoding.EncodeToString([]byte(value))} {
 		if bytes.Contains(raw, []byte(form)) {
-			t.Errorf("state.db contains the secret value (%q)", form)
+			t.Errorf("state.db or state.wal/ contains the secret value (%q)", form)
 		}
 	}
 	key, err := os.Stat(filepath.Join(dir, "pki", "secrets.key"))

@@ -39,15 +39,22 @@ func (s *Store) Compact(ctx context.Context, rev int64) error {
 func (s *Store) compact(ctx context.Context, rev int64) error {
 	s.compactMu.Lock()
 	defer s.compactMu.Unlock()
-	var current, compacted int64
+	if current := s.ov.current(); rev > current {
+		return fmt.Errorf("current revision is %d: %w", current, store.ErrFutureRevision)
+	}
+	// Compaction deletes events from the b-tree; those it should delete
+	// must be there first.
+	if rev > s.checkpointed.Load() {
+		if err := s.checkpoint(); err != nil {
+			return err
+		}
+	}
+	var compacted int64
 	if err := s.db.View(func(tx *bolt.Tx) error {
-		current, compacted = readMeta(tx)
+		_, compacted = readMeta(tx)
 		return nil
 	}); err != nil {
 		return err
-	}
-	if rev > current {
-		return fmt.Errorf("current revision is %d: %w", current, store.ErrFutureRevision)
 	}
 	if rev > compacted {
 		// compactMu makes this the only writer of the compacted revision.

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -23,10 +24,19 @@ import (
 // tests: TestCrashKeepsAcknowledgedWrites re-executes itself with it.
 const crashHelperEnv = "FLOTILLA_BOLTSTORE_CRASH_HELPER"
 
+// crashOptionsEnv set to "checkpoints" makes the helper checkpoint every
+// few milliseconds into log segments of a few KiB, so that kills land in
+// checkpoints, segment changes and deletions too.
+const crashOptionsEnv = "FLOTILLA_BOLTSTORE_CRASH_OPTIONS"
+
 // crashHelper writes from 16 goroutines until killed and prints
 // "ack <revision> <key>" for each acknowledged create and update.
 func crashHelper(dir string) error {
-	s, err := boltstore.Open(filepath.Join(dir, "state.db"), boltstore.Options{})
+	var opts boltstore.Options
+	if os.Getenv(crashOptionsEnv) == "checkpoints" {
+		opts = boltstore.Options{CheckpointInterval: 3 * time.Millisecond, LogSegmentBytes: 4096}
+	}
+	s, err := boltstore.Open(filepath.Join(dir, "state.db"), opts)
 	if err != nil {
 		return err
 	}
@@ -66,21 +76,29 @@ func crashHelper(dir string) error {
 	return s.Close()
 }
 
+// TestCrashKeepsAcknowledgedWrites kills a writing process and checks
+// that every acknowledged write is there after it: in the first rounds
+// recovered from the log (nothing checkpointed yet), in the later ones
+// with checkpoints and log segments changing every few milliseconds.
 func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
 	testenv.Integration(t, "crash test re-executes the test binary")
 	dir := t.TempDir()
-	for round := range 3 {
-		acked := runAndKill(t, dir, 300)
+	for round, opts := range []string{"", "", "checkpoints", "checkpoints", "checkpoints"} {
+		n := 300
+		if opts != "" {
+			n = 3000
+		}
+		acked := runAndKill(t, dir, n, opts)
 		checkAcked(t, dir, acked, round)
 	}
 }
 
 // runAndKill runs the helper on dir, SIGKILLs it after n acknowledgements
 // and returns every acknowledgement it printed: key → last revision.
-func runAndKill(t *testing.T, dir string, n int) map[string]int64 {
+func runAndKill(t *testing.T, dir string, n int, opts string) map[string]int64 {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), crashHelperEnv+"="+dir)
+	cmd.Env = append(os.Environ(), crashHelperEnv+"="+dir, crashOptionsEnv+"="+opts)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()

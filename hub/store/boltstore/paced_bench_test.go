@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ func cpuNow() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// BenchmarkPacedUpdates: updates of 2,000 keys arriving at random at a
+// BenchmarkPacedUpdates: updates of 2,000 keys (10,000 with busy) arriving at random at a
 // steady rate from independent writers, as a fleet's Lease renewals do
 // (200/s: 2,000 devices, 1,000/s: 10,000), with the process's CPU per
 // write and the writes per commit; with sequential=true, one more writer
@@ -31,9 +32,11 @@ func BenchmarkPacedUpdates(b *testing.B) {
 	for _, tc := range []struct {
 		rate int
 		seq  bool
-	}{{200, false}, {1000, false}, {200, true}} {
-		rate := tc.rate
-		b.Run(fmt.Sprintf("rate=%d/sequential=%v", rate, tc.seq), func(b *testing.B) {
+		busy int
+		keys int
+	}{{200, false, 0, 2000}, {1000, false, 0, 2000}, {200, true, 0, 2000}, {1000, false, 200, 10_000}} {
+		rate, keys := tc.rate, tc.keys
+		b.Run(fmt.Sprintf("rate=%d/sequential=%v/busy=%d", rate, tc.seq, tc.busy), func(b *testing.B) {
 			reg := prometheus.NewRegistry()
 			s, err := boltstore.Open(filepath.Join(b.TempDir(), "state.db"), boltstore.Options{Registerer: reg})
 			if err != nil {
@@ -42,7 +45,7 @@ func BenchmarkPacedUpdates(b *testing.B) {
 			defer s.Close()
 			ctx := context.Background()
 			val := make([]byte, 600)
-			for i := range 2000 {
+			for i := range keys {
 				if _, err := s.Create(ctx, fmt.Sprintf("/leases/kube-node-lease/d-%05d", i), val); err != nil {
 					b.Fatal(err)
 				}
@@ -71,6 +74,9 @@ func BenchmarkPacedUpdates(b *testing.B) {
 				<-done
 				seq <- n
 			}()
+			for range tc.busy {
+				go spin(done)
+			}
 			cpu0 := cpuNow()
 			b.ResetTimer()
 			start := time.Now()
@@ -82,7 +88,7 @@ func BenchmarkPacedUpdates(b *testing.B) {
 				go func() {
 					defer wg.Done()
 					t0 := time.Now()
-					if _, err := s.Update(ctx, fmt.Sprintf("/leases/kube-node-lease/d-%05d", rand.IntN(2000)), val, 0); err != nil {
+					if _, err := s.Update(ctx, fmt.Sprintf("/leases/kube-node-lease/d-%05d", rand.IntN(keys)), val, 0); err != nil {
 						b.Error(err)
 					}
 					lat[i] = time.Since(t0)
@@ -98,7 +104,9 @@ func BenchmarkPacedUpdates(b *testing.B) {
 			if tc.seq {
 				b.ReportMetric(float64(seqN)/el.Seconds(), "seq-writes/s")
 			}
-			b.ReportMetric(float64(cpu.Microseconds())/writes, "cpu-µs/write")
+			if tc.busy == 0 {
+				b.ReportMetric(float64(cpu.Microseconds())/writes, "cpu-µs/write")
+			}
 			reportPercentiles(b, lat, "")
 			if count, _ := histogram(b, reg, "flotilla_store_commit_duration_seconds"); count > c0 {
 				b.ReportMetric(writes/(count-c0), "writes/commit")
@@ -106,3 +114,21 @@ func BenchmarkPacedUpdates(b *testing.B) {
 		})
 	}
 }
+
+// spin keeps a CPU busy until done is closed, checking it now and then.
+func spin(done <-chan struct{}) {
+	x := uint64(1)
+	for {
+		for range 100_000 {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+		select {
+		case <-done:
+			sink.Add(x)
+			return
+		default:
+		}
+	}
+}
+
+var sink atomic.Uint64

@@ -143,13 +143,9 @@ func (s *Store) Watch(ctx context.Context, prefix string, fromRev int64) (<-chan
 	s.bgDone.Add(1)
 	s.mu.RUnlock()
 
-	var current, compacted int64
-	err := s.db.View(func(tx *bolt.Tx) error {
-		current, compacted = readMeta(tx)
-		return nil
-	})
+	current, compacted := s.ov.current(), s.compacted.Load()
+	var err error
 	switch {
-	case err != nil:
 	case fromRev > current:
 		err = fmt.Errorf("revision %d, current is %d: %w", fromRev, current, store.ErrFutureRevision)
 	case fromRev < compacted:
@@ -244,9 +240,11 @@ func (s *Store) finalClosed(ctx context.Context, w *watcher, out chan<- store.Wa
 // failure to report to the watcher.
 var errStopped = errors.New("watch stopped")
 
-// replay sends the logged events under prefix in [next, upTo], a chunk per
-// read transaction so that no transaction stays open while a consumer is
-// slow, and returns the revision after the last one read.
+// replay sends the logged events under prefix in [next, upTo], a chunk at
+// a time, from the overlay's events when the b-tree does not have them yet
+// and otherwise from the b-tree's, a read transaction per chunk so that
+// none stays open while a consumer is slow. It returns the revision after
+// the last one read.
 func (s *Store) replay(ctx context.Context, prefix string, next, upTo int64, send func(store.WatchResult) bool) (int64, error) {
 	p := []byte(prefix)
 	for next <= upTo {
@@ -258,6 +256,21 @@ func (s *Store) replay(ctx context.Context, prefix string, next, upTo int64, sen
 		default:
 		}
 		var batch []store.Event
+		if rev, base, events, _ := s.ov.snapshot("", false); next > base {
+			if upTo > rev {
+				return next, fmt.Errorf("replay to revision %d, the store is at %d", upTo, rev)
+			}
+			for n := 0; next <= upTo && n < replayChunk; n++ {
+				if e := events[next-base-1].rec; strings.HasPrefix(e.Key, prefix) {
+					batch = append(batch, e.storeEvent(next))
+				}
+				next++
+			}
+			if len(batch) > 0 && !send(store.WatchResult{Events: batch}) {
+				return next, errStopped
+			}
+			continue
+		}
 		err := s.db.View(func(tx *bolt.Tx) error {
 			c := tx.Bucket(eventsBucket).Cursor()
 			n := 0

@@ -219,33 +219,62 @@ func (s *Store) commit(batch []*writeOp) {
 	}
 }
 
+// applyBatch checks each write's precondition against the newest state of
+// its key (this batch's earlier writes, then the overlay, then the
+// b-tree), logs the writes that pass in one record with one sync, and
+// then makes them visible in the overlay. The b-tree gets them at the next
+// checkpoint.
 func (s *Store) applyBatch(batch []*writeOp, results []writeResult) ([]store.Event, error) {
-	began := time.Now()
-	tx, err := s.db.Begin(true)
-	locked := time.Since(began)
-	if err != nil {
-		return nil, fmt.Errorf("begin: %w", err)
+	if s.walFailed != nil {
+		return nil, fmt.Errorf("the store's log could not be written earlier, so nothing more is (restart the hub; it recovers what was acknowledged): %w", s.walFailed)
 	}
-	committed := false
-	defer func() {
-		if !committed {
-			_ = tx.Rollback()
+	if err := s.waitForRoom(); err != nil {
+		return nil, err
+	}
+	rev := s.ov.rev // only this goroutine changes it
+	first := rev + 1
+	pending := make([]pendingEvent, 0, len(batch))
+	var local map[string]pendingKey
+	if len(batch) > 1 {
+		local = make(map[string]pendingKey, len(batch))
+	}
+	// Under the overlay's read lock no checkpoint prunes, so a key the
+	// overlay does not have is in the b-tree as of a transaction begun
+	// here.
+	var tx *bolt.Tx
+	s.ov.mu.RLock()
+	lookup := func(key string) (pendingKey, bool, error) {
+		if p, ok := local[key]; ok {
+			return p, !p.deleted, nil
 		}
-	}()
-	objs := tx.Bucket(objectsBucket)
-	evs := tx.Bucket(eventsBucket)
-	// Events are appended in revision order; full pages waste no space.
-	evs.FillPercent = 1.0
-	meta := tx.Bucket(metaBucket)
-	rev, _ := readMeta(tx)
-
-	events := make([]store.Event, 0, len(batch))
+		if p, ok := s.ov.keys[key]; ok {
+			return p, !p.deleted, nil
+		}
+		if tx == nil {
+			var err error
+			if tx, err = s.db.Begin(false); err != nil {
+				return pendingKey{}, false, fmt.Errorf("begin: %w", err)
+			}
+		}
+		raw := tx.Bucket(objectsBucket).Get([]byte(key))
+		if raw == nil {
+			return pendingKey{}, false, nil
+		}
+		c, m, v, err := decodeObject(raw)
+		// v lives in bbolt's memory map, valid only for the transaction.
+		return pendingKey{value: clone(v), createRev: c, modRev: m}, err == nil, err
+	}
+	var failed error
 	for i, op := range batch {
 		if err := op.ctx.Err(); err != nil {
 			results[i].err = err
 			continue
 		}
-		rec, prev, err := s.check(objs, op)
+		rec, prev, err := check(lookup, op)
+		if errors.Is(err, errLookup) {
+			failed = err
+			break
+		}
 		if err != nil {
 			results[i].err = err
 			continue
@@ -254,107 +283,127 @@ func (s *Store) applyBatch(batch []*writeOp, results []writeResult) ([]store.Eve
 		if rec.Created {
 			rec.CreateRev = next
 		}
-		key := []byte(op.key)
-		if op.kind == opDelete {
-			err = objs.Delete(key)
-		} else {
-			err = objs.Put(key, encodeObject(rec.CreateRev, next, op.value))
+		if local != nil {
+			local[op.key] = pendingKey{value: rec.Value, createRev: rec.CreateRev, modRev: next, deleted: op.kind == opDelete}
 		}
-		if err == nil {
-			err = evs.Put(encodeRev(next), encodeEvent(rec))
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s %q: %w", op.kind, op.key, err)
-		}
+		pending = append(pending, pendingEvent{rec: rec, raw: encodeEvent(rec)})
 		rev = next
 		results[i] = writeResult{rev: rev, prev: prev}
-		events = append(events, rec.storeEvent(rev))
 	}
-	if len(events) == 0 {
+	if tx != nil {
+		_ = tx.Rollback()
+	}
+	s.ov.mu.RUnlock()
+	if failed != nil {
+		return nil, failed
+	}
+	if len(pending) == 0 {
 		return nil, nil
 	}
-	if err := meta.Put(metaRev, encodeRev(rev)); err != nil {
-		return nil, fmt.Errorf("store revision: %w", err)
+
+	raws := make([][]byte, len(pending))
+	size := 0
+	for i, e := range pending {
+		raws[i] = e.raw
+		size += len(e.raw)
 	}
-	gcs := gcCycles()
 	start := time.Now()
-	err = tx.Commit()
-	committed = true
+	cutBack, err := s.wal.append(first, raws)
 	took := time.Since(start)
-	s.met.observeCommit(took, len(events))
+	s.met.observeCommit(took, len(pending))
 	if err != nil {
+		if cutBack != nil || errors.Is(err, errSync) {
+			s.walFailed = errors.Join(err, cutBack)
+		}
 		return nil, err
 	}
-	if took >= slowCommit || locked >= slowCommit {
-		s.reportSlowCommit(tx, len(events), locked, took, gcCycles()-gcs)
+	if took >= slowCommit {
+		s.log.Warn("slow store commit", "took", took.Round(time.Millisecond),
+			"write", s.wal.lastWrite.Round(time.Millisecond), "sync", s.wal.lastSync.Round(time.Millisecond),
+			"writes", len(pending), "bytes", size)
+	}
+	s.ov.add(first, pending)
+	if s.ov.bytes.Load() >= int64(s.opts.CheckpointBytes) {
+		s.kickCheckpoint()
+	}
+	if err := s.wal.removeThrough(s.checkpointed.Load()); err != nil {
+		s.log.Warn("could not delete a checkpointed segment of the store log; it is tried again", "err", err)
+	}
+	events := make([]store.Event, len(pending))
+	for i, e := range pending {
+		events[i] = e.rec.storeEvent(first + int64(i))
 	}
 	return events, nil
+}
+
+// waitForRoom holds the write loop while the overlay is full, until a
+// checkpoint has moved its writes into the b-tree. A checkpoint that fails
+// fails the writes that wait for it.
+func (s *Store) waitForRoom() error {
+	waited := false
+	start := time.Now()
+	for s.ov.bytes.Load() >= int64(s.opts.MaxPendingBytes) {
+		if waited {
+			if err := s.ckErr.Load(); err != nil {
+				return fmt.Errorf("%d MiB of writes wait for a checkpoint that fails: %w", s.ov.bytes.Load()>>20, *err)
+			}
+		}
+		waited = true
+		s.kickCheckpoint()
+		select {
+		case <-s.ckDone:
+		case <-s.stopWriter:
+			return store.ErrClosed
+		}
+	}
+	if waited {
+		s.log.Warn("store writes waited for a checkpoint", "took", time.Since(start).Round(time.Millisecond), "maxPendingBytes", s.opts.MaxPendingBytes)
+	}
+	return nil
 }
 
 // slowCommit is when a commit holds up the writes behind it long enough
 // for clients to notice: a fleet's Lease renewals queue up behind it.
 const slowCommit = 250 * time.Millisecond
 
-// reportSlowCommit says where a slow commit spent its time, in bbolt's
-// phases: waiting for the write lock (a compaction chunk holds it),
-// rebalancing after deletes, spilling nodes onto pages (which may remap a
-// grown file, waiting for every open read transaction), and writing the
-// pages and syncing them; "other" is the file growing. Garbage collection
-// cycles that ran meanwhile point at the process instead of the disk.
-func (s *Store) reportSlowCommit(tx *bolt.Tx, writes int, locked, took time.Duration, gcs uint64) {
-	st := tx.Stats()
-	phases := st.GetRebalanceTime() + st.GetSpillTime() + st.GetWriteTime()
-	s.log.Warn("slow store commit",
-		"took", took.Round(time.Millisecond),
-		"lockWait", locked.Round(time.Millisecond),
-		"rebalance", st.GetRebalanceTime().Round(time.Millisecond),
-		"spill", st.GetSpillTime().Round(time.Millisecond),
-		"write", st.GetWriteTime().Round(time.Millisecond),
-		"other", max(took-phases, 0).Round(time.Millisecond),
-		"writes", writes,
-		"pagesWritten", st.GetWrite(),
-		"gcCycles", gcs)
-}
-
-var gcSample = []rtmetrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
-
-// gcCycles reads the process's completed GC cycles; only the write loop
-// calls it, so the shared sample needs no lock.
+// gcCycles reads the process's completed GC cycles.
 func gcCycles() uint64 {
-	rtmetrics.Read(gcSample)
-	if gcSample[0].Value.Kind() != rtmetrics.KindUint64 {
+	sample := []rtmetrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	rtmetrics.Read(sample)
+	if sample[0].Value.Kind() != rtmetrics.KindUint64 {
 		return 0
 	}
-	return gcSample[0].Value.Uint64()
+	return sample[0].Value.Uint64()
 }
 
-// check tests op's precondition against the key's current object and
+// errLookup: the key's current state could not be read to check a
+// precondition; it fails the whole batch.
+var errLookup = errors.New("read the current object")
+
+// check tests op's precondition against the key's newest state and
 // returns the event it will log and, for a delete, the removed object.
-func (s *Store) check(objs *bolt.Bucket, op *writeOp) (eventRecord, store.KV, error) {
-	raw := objs.Get([]byte(op.key))
+func check(lookup func(string) (pendingKey, bool, error), op *writeOp) (eventRecord, store.KV, error) {
+	cur, exists, err := lookup(op.key)
+	if err != nil {
+		return eventRecord{}, store.KV{}, fmt.Errorf("%w: %w", errLookup, err)
+	}
 	if op.kind == opCreate {
-		if raw != nil {
+		if exists {
 			return eventRecord{}, store.KV{}, store.ErrExists
 		}
 		return eventRecord{Type: store.EventPut, Created: true, Key: op.key, Value: op.value}, store.KV{}, nil
 	}
-	if raw == nil {
+	if !exists {
 		return eventRecord{}, store.KV{}, store.ErrNotFound
 	}
-	createRev, modRev, value, err := decodeObject(raw)
-	if err != nil {
-		return eventRecord{}, store.KV{}, err
+	if op.expectRev != 0 && op.expectRev != cur.modRev {
+		return eventRecord{}, store.KV{}, fmt.Errorf("expected revision %d, object is at %d: %w", op.expectRev, cur.modRev, store.ErrConflict)
 	}
-	if op.expectRev != 0 && op.expectRev != modRev {
-		return eventRecord{}, store.KV{}, fmt.Errorf("expected revision %d, object is at %d: %w", op.expectRev, modRev, store.ErrConflict)
-	}
-	// value lives in bbolt's pages, which the commit may reuse.
-	prev := clone(value)
-	rec := eventRecord{Key: op.key, CreateRev: createRev, PrevModRev: modRev, PrevValue: prev}
+	rec := eventRecord{Key: op.key, CreateRev: cur.createRev, PrevModRev: cur.modRev, PrevValue: cur.value}
 	if op.kind == opDelete {
 		rec.Type = store.EventDelete
-		rec.Value = prev
-		return rec, store.KV{Key: op.key, Value: prev, CreateRevision: createRev, ModRevision: modRev}, nil
+		rec.Value = cur.value
+		return rec, store.KV{Key: op.key, Value: cur.value, CreateRevision: cur.createRev, ModRevision: cur.modRev}, nil
 	}
 	rec.Type = store.EventPut
 	rec.Value = op.value
