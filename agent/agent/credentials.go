@@ -91,6 +91,7 @@ func JoinCredentials(cfg join.Config) Credentials {
 					QPS: 50, Burst: 100, UserAgent: "flotilla-agent",
 				}
 				rc.Wrap(join.WithSmallHeaderTable)
+				rc.Wrap(join.WithSessionCache(id.Sessions()))
 				if _, err := hubconn.Apply(rc, hubs, cfg.Log); err != nil {
 					return nil, fmt.Errorf("%w: --hub: %v", ErrConfig, err)
 				}

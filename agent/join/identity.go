@@ -55,6 +55,8 @@ type Identity struct {
 	mu   sync.RWMutex
 	cert *tls.Certificate
 	pem  []byte
+
+	sessions *SessionCache
 }
 
 // Load reads the identity kept in dataDir. It returns ErrNoIdentity
@@ -91,7 +93,7 @@ func newIdentity(dir string, caPEM, nodePEM []byte) (*Identity, error) {
 	if err != nil {
 		return nil, err
 	}
-	id := &Identity{dir: dir, caPEM: caPEM, pool: pool, now: time.Now, log: slog.Default(), cert: cert, pem: nodePEM}
+	id := &Identity{dir: dir, caPEM: caPEM, pool: pool, now: time.Now, log: slog.Default(), cert: cert, pem: nodePEM, sessions: &SessionCache{}}
 	id.node, err = nodeNameOf(cert.Leaf)
 	if err != nil {
 		return nil, err
@@ -139,7 +141,8 @@ func (id *Identity) CertFile() string { return filepath.Join(id.dir, NodeFile) }
 func (id *Identity) CAFile() string { return filepath.Join(id.dir, CAFile) }
 
 // TLSConfig trusts only the pinned CA and presents the current
-// certificate, renewed ones included, on every new connection.
+// certificate, renewed ones included, on every new connection. Its
+// connections resume the device's TLS sessions with the hub (Sessions).
 func (id *Identity) TLSConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
@@ -147,8 +150,16 @@ func (id *Identity) TLSConfig() *tls.Config {
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			return id.Certificate(), nil
 		},
+		ClientSessionCache: id.sessions,
 	}
 }
+
+// Sessions is the device's cache of TLS sessions with its hubs, shared by
+// every connection made with TLSConfig (and given to client-go's
+// transport with WithSessionCache). A resumed session presents the
+// certificate it began with, so a renewal empties it: connections made
+// after a renewal present the new certificate.
+func (id *Identity) Sessions() *SessionCache { return id.sessions }
 
 // RESTConfig is a client-go config for the hub at hubURL as this device.
 // Connections made after a renewal use the new certificate.
@@ -181,20 +192,78 @@ func hubTransport(tlsCfg *tls.Config) *http.Transport {
 // HTTP/2 transport client-go attached to it reads its settings from the
 // original.
 func WithSmallHeaderTable(rt http.RoundTripper) http.RoundTripper {
+	if t := netHTTPTransport(rt); t != nil && t.HTTP2 == nil {
+		t.HTTP2 = &http.HTTP2Config{MaxEncoderHeaderTableSize: RequestHeaderTableSize}
+	}
+	return rt
+}
+
+// netHTTPTransport finds the net/http transport under client-go's
+// wrappers, or nil.
+func netHTTPTransport(rt http.RoundTripper) *http.Transport {
 	for inner := rt; inner != nil; {
 		switch t := inner.(type) {
 		case *http.Transport:
-			if t.HTTP2 == nil {
-				t.HTTP2 = &http.HTTP2Config{MaxEncoderHeaderTableSize: RequestHeaderTableSize}
-			}
-			return rt
+			return t
 		case utilnet.RoundTripperWrapper:
 			inner = t.WrappedRoundTripper()
 		default:
-			return rt
+			return nil
 		}
 	}
-	return rt
+	return nil
+}
+
+// SessionCache is a tls.ClientSessionCache that can be emptied. After a
+// hub restart every device reconnects at once; resuming a session skips
+// the signatures and certificate checks of a full handshake on both
+// sides, and the hub keeps its ticket keys across restarts so that the
+// sessions stay good.
+type SessionCache struct {
+	mu    sync.Mutex
+	inner tls.ClientSessionCache
+}
+
+// sessionsKept is per device: one hub, or a few sharing an etcd.
+const sessionsKept = 8
+
+// Get returns the session kept for sessionKey.
+func (c *SessionCache) Get(sessionKey string) (*tls.ClientSessionState, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inner == nil {
+		return nil, false
+	}
+	return c.inner.Get(sessionKey)
+}
+
+// Put keeps (or, nil, forgets) the session for sessionKey.
+func (c *SessionCache) Put(sessionKey string, cs *tls.ClientSessionState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inner == nil {
+		c.inner = tls.NewLRUClientSessionCache(sessionsKept)
+	}
+	c.inner.Put(sessionKey, cs)
+}
+
+// Reset forgets every session.
+func (c *SessionCache) Reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.inner = nil
+}
+
+// WithSessionCache gives the transport client-go makes for a device's
+// rest.Config (rest.Config.Wrap) the device's session cache, on the
+// net/http transport itself, as WithSmallHeaderTable does.
+func WithSessionCache(c *SessionCache) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper {
+		if t := netHTTPTransport(rt); t != nil && t.TLSClientConfig != nil {
+			t.TLSClientConfig.ClientSessionCache = c
+		}
+		return rt
+	}
 }
 
 func (id *Identity) renewAt() time.Time {
@@ -286,6 +355,8 @@ func (id *Identity) Renew(ctx context.Context, hubURL string) error {
 	}
 	id.mu.Lock()
 	id.cert, id.pem = cert, nodePEM
+	// Under mu: whoever sees the new certificate finds no old session.
+	id.sessions.Reset()
 	id.mu.Unlock()
 	if err := os.Remove(filepath.Join(id.dir, NextKeyFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		id.log.Warn("removing the renewal key, now in use", "err", err)

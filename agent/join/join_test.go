@@ -3,6 +3,7 @@ package join_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -278,6 +279,8 @@ func TestRenewalAndOfflineRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	cur = id
+	// A session of the first certificate's; the renewal must forget it.
+	id.Sessions().Put("hub", &tls.ClientSessionState{})
 	done := make(chan error, 1)
 	go func() { done <- id.Run(ctx, h.url) }()
 	deadline := time.Now().Add(30 * time.Second)
@@ -288,6 +291,9 @@ func TestRenewalAndOfflineRestart(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	renewed := id.Certificate().Leaf
+	if _, ok := id.Sessions().Get("hub"); ok {
+		t.Error("a TLS session of the old certificate survived the renewal")
+	}
 	if string(renewed.RawSubjectPublicKeyInfo) == string(first.RawSubjectPublicKeyInfo) {
 		t.Error("renewal kept the old key")
 	}

@@ -129,3 +129,38 @@ func firstHeaderBlock(t *testing.T, ln net.Listener, rt http.RoundTripper, url s
 		return payload
 	}
 }
+
+// The device's TLS sessions are shared by its identity's connections and
+// by the transports client-go makes for configs as the agent writes them
+// (WithSessionCache), and a renewal empties them (Reset), so that no
+// connection made after it presents the old certificate.
+func TestSessionCacheIsShared(t *testing.T) {
+	c := &SessionCache{}
+	cfg := &rest.Config{Host: "https://127.0.0.1:1", TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	cfg.Wrap(WithSmallHeaderTable)
+	cfg.Wrap(WithSessionCache(c))
+	rt, err := rest.TransportFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := netHTTPTransport(rt)
+	if tr == nil || tr.TLSClientConfig == nil || tr.TLSClientConfig.ClientSessionCache != c {
+		t.Fatal("client-go's transport does not use the device's session cache")
+	}
+	if tr.HTTP2 == nil || tr.HTTP2.MaxEncoderHeaderTableSize != RequestHeaderTableSize {
+		t.Error("the session cache's wrapper lost the small header table")
+	}
+	id := &Identity{pool: x509.NewCertPool(), sessions: c}
+	if id.TLSConfig().ClientSessionCache != c {
+		t.Error("the identity's own connections do not use its session cache")
+	}
+
+	c.Put("hub", &tls.ClientSessionState{})
+	if _, ok := c.Get("hub"); !ok {
+		t.Fatal("a session put is not there")
+	}
+	c.Reset()
+	if s, ok := c.Get("hub"); ok || s != nil {
+		t.Error("a session survived Reset")
+	}
+}

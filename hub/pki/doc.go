@@ -11,7 +11,9 @@
 //
 // LoadOrCreate keeps its state in one directory (DIR/pki, mode 0700): ca.crt,
 // ca.key, serving.crt, serving.key, admin.crt, admin.key, all PEM, keys mode
-// 0600. ca.crt is written last when the CA is created, so its presence is
+// 0600, and session-tickets.key (0600), the keys TLS session tickets are
+// sealed with, so that clients resume their sessions across hub restarts
+// (see tickets.go). ca.crt is written last when the CA is created, so its presence is
 // what "the CA exists" means: a CA is never recreated once ca.crt is there,
 // because every joined device trusts it. Every file is replaced atomically
 // (temporary file, fsync, rename), so a crash leaves either the old or the

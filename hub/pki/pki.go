@@ -92,6 +92,9 @@ type PKI struct {
 	admin   *pair
 
 	verified verifiedCache
+
+	ticketMu sync.Mutex // serialises ticket key rotations
+	tickets  atomic.Pointer[[]ticketKey]
 }
 
 // LoadOrCreate opens the PKI kept in dir, creating what is missing: the CA
@@ -123,6 +126,9 @@ func LoadOrCreate(dir string, opts Options) (*PKI, error) {
 		return nil, err
 	}
 	if err := p.loadOrCreateAdmin(); err != nil {
+		return nil, err
+	}
+	if err := p.rotateTicketKeys(); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -463,7 +469,8 @@ func (p *PKI) adminProblem(c *x509.Certificate) string {
 	return ""
 }
 
-// Run replaces the serving certificate when it nears its end, checking every
+// Run replaces the serving certificate when it nears its end, and the
+// session ticket key when it is a day old, checking every
 // Options.CheckInterval, until ctx ends. Connections already open keep the
 // certificate they were made with; new handshakes get the new one through
 // ServerTLSConfig's GetCertificate. A failed renewal is logged and retried
@@ -479,6 +486,9 @@ func (p *PKI) Run(ctx context.Context) error {
 			if _, err := p.renewServingIfNeeded(); err != nil {
 				p.log.Error("renewing the serving certificate failed; will retry", "err", err,
 					"notAfter", p.serving.Load().leaf().NotAfter)
+			}
+			if err := p.rotateTicketKeys(); err != nil {
+				p.log.Error("rotating the session ticket keys failed; will retry", "err", err)
 			}
 		}
 	}

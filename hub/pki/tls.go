@@ -6,7 +6,8 @@ import "crypto/tls"
 // the current serving certificate (so a renewal by Run takes effect on the
 // next handshake without a restart), and client certificates requested but
 // verified per request by VerifyClient (see the package documentation for
-// why). It offers h2 and http/1.1.
+// why). It offers h2 and http/1.1, and issues session tickets sealed with
+// the keys in TicketKeysFile, so that clients resume across hub restarts.
 //
 // Use it with http.Server.ServeTLS(l, "", "") or tls.NewListener; not with
 // httptest.Server.StartTLS, which adds its own certificate to Certificates
@@ -18,7 +19,9 @@ func (p *PKI) ServerTLSConfig() *tls.Config {
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			return &p.serving.Load().tls, nil
 		},
-		ClientAuth: tls.RequestClientCert,
-		NextProtos: []string{"h2", "http/1.1"},
+		ClientAuth:    tls.RequestClientCert,
+		NextProtos:    []string{"h2", "http/1.1"},
+		WrapSession:   p.wrapSession,
+		UnwrapSession: p.unwrapSession,
 	}
 }
