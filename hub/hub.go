@@ -12,6 +12,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -201,6 +202,19 @@ func New(cfg Config) (*Hub, error) {
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("loading the hub's PKI: %w", err)
+	}
+	for _, resumed := range []bool{false, true} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "flotilla_hub_tls_handshakes_total",
+			Help:        "TLS handshakes of the hub's API: full ones, and those that resumed a session (resumed=\"true\").",
+			ConstLabels: prometheus.Labels{"resumed": strconv.FormatBool(resumed)},
+		}, func() float64 {
+			full, res := p.Handshakes()
+			if resumed {
+				return float64(res)
+			}
+			return float64(full)
+		}))
 	}
 	oapi, err := openapi.New(api.Resources())
 	if err != nil {

@@ -95,6 +95,9 @@ type PKI struct {
 
 	ticketMu sync.Mutex // serialises ticket key rotations
 	tickets  atomic.Pointer[[]ticketKey]
+	// full and resumed count the handshakes of ServerTLSConfig's
+	// connections.
+	full, resumed atomic.Uint64
 }
 
 // LoadOrCreate opens the PKI kept in dir, creating what is missing: the CA

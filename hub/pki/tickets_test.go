@@ -90,6 +90,9 @@ func TestSessionsResumeAcrossRestarts(t *testing.T) {
 	if !get("second connection", url) {
 		t.Error("the second connection did not resume")
 	}
+	if full, resumed := p.Handshakes(); full != 1 || resumed != 1 {
+		t.Errorf("counted %d full and %d resumed handshakes, want 1 and 1", full, resumed)
+	}
 	stop()
 
 	p = mustLoad(t, dir, testOptions(clock))

@@ -23,5 +23,17 @@ func (p *PKI) ServerTLSConfig() *tls.Config {
 		NextProtos:    []string{"h2", "http/1.1"},
 		WrapSession:   p.wrapSession,
 		UnwrapSession: p.unwrapSession,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if cs.DidResume {
+				p.resumed.Add(1)
+			} else {
+				p.full.Add(1)
+			}
+			return nil
+		},
 	}
 }
+
+// Handshakes counts the TLS handshakes of ServerTLSConfig's connections:
+// full ones, and those that resumed a session from a ticket.
+func (p *PKI) Handshakes() (full, resumed uint64) { return p.full.Load(), p.resumed.Load() }
