@@ -499,25 +499,45 @@ func (h *hubProc) launch(ctx context.Context, listen string) error {
 		return err
 	}
 	cfg.QPS, cfg.Burst = -1, 0
+	// A dialer of its own keeps client-go from handing this client the
+	// transport it cached for the same kubeconfig, which after a restart
+	// still holds the killed process's connection.
+	cfg.Dial = (&net.Dialer{Timeout: 10 * time.Second}).DialContext
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
 	h.cfg, h.cs = cfg, cs
 	// A restarted hub answers its admin among the fleet's reconnections
-	// (TLS handshakes first): it is given longer than a new one.
+	// (TLS handshakes first): it is given longer than a new one. Each try
+	// on a connection of its own, given 10 s, as kubectl's would be: a
+	// connection whose handshake the busy hub gave up on is not tried
+	// again.
 	within := 30 * time.Second
 	if listen != "127.0.0.1:0" {
 		within = 3 * time.Minute
 	}
 	for deadline := time.Now().Add(within); ; {
-		if _, err := cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err == nil {
+		try := rest.CopyConfig(cfg)
+		try.Timeout = 10 * time.Second
+		hc, err := rest.HTTPClientFor(try)
+		if err != nil {
+			return err
+		}
+		tcs, err := kubernetes.NewForConfigAndClient(try, hc)
+		if err == nil {
+			_, err = tcs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+		}
+		hc.CloseIdleConnections()
+		if err == nil {
 			return nil
-		} else if time.Now().After(deadline) {
+		}
+		if time.Now().After(deadline) {
 			h.kill()
 			return fmt.Errorf("the hub does not answer: %w", err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		// A new connection a try: at most one a quarter second.
+		time.Sleep(250 * time.Millisecond)
 	}
 }
 
