@@ -12,7 +12,7 @@
 // One goroutine owns writing: concurrent writers queue and share commits
 // (group commit), so throughput grows with concurrency while each writer
 // still gets its own result (a failed precondition fails only that
-// write). A commit is one record appended to the log and one fdatasync;
+// write). A commit is one record appended to the log and one fsync;
 // a write is acknowledged only after that, so it survives kill -9 and
 // power loss. The writes are then visible through an in-memory overlay
 // (the newest state of every key written, and the events in order) until

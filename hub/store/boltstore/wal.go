@@ -18,7 +18,7 @@ import (
 
 // The write-ahead log: what makes a write durable before the b-tree has it.
 // Each group commit is one record appended to the current segment and one
-// fdatasync, whatever the number of pages the same writes would dirty in
+// fsync, whatever the number of pages the same writes would dirty in
 // the b-tree. Record layout:
 //
 //	crc32c(4) length(4) payload
