@@ -161,19 +161,17 @@ type Store struct {
 
 	hub *watchHub
 
-	// rev and compacted mirror the meta bucket for metrics and for deciding
-	// when to compact; the bucket stays the source of truth.
-	rev         atomic.Int64
+	// compacted mirrors the meta bucket for metrics, watches and deciding
+	// when to compact; the bucket stays the source of truth. The current
+	// revision is the overlay's.
 	compacted   atomic.Int64
 	compactKick chan struct{}
 	compactMu   sync.Mutex
 
-	// checkpointed is the revision the b-tree holds everything through.
-	checkpointed atomic.Int64
-	ckMu         sync.Mutex // one checkpoint at a time
-	ckKick       chan struct{}
-	ckDone       chan struct{} // a checkpoint ended, for writers waiting for room
-	ckErr        atomic.Pointer[error]
+	ckMu   sync.Mutex // one checkpoint at a time
+	ckKick chan struct{}
+	ckDone chan struct{} // a checkpoint ended, for writers waiting for room
+	ckErr  atomic.Pointer[error]
 	// slowCheckpointAfter is slowCheckpoint; tests shorten it.
 	slowCheckpointAfter time.Duration
 }
@@ -245,8 +243,6 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	s.ov = newOverlay(rev)
-	s.checkpointed.Store(rev)
-	s.rev.Store(rev)
 	s.compacted.Store(compacted)
 	s.hub = newWatchHub(rev, opts.WatchBuffer)
 	if opts.Registerer != nil {
@@ -289,7 +285,7 @@ func (s *Store) Close() error {
 	// What the last checkpoint could not take stays in the log, and the
 	// next Open recovers it.
 	err := s.checkpoint()
-	err = errors.Join(err, s.wal.close(s.checkpointed.Load()), s.db.Close())
+	err = errors.Join(err, s.wal.close(s.ov.checkpointed()), s.db.Close())
 	if err != nil {
 		return fmt.Errorf("close store %s: %w", s.path, err)
 	}

@@ -106,7 +106,6 @@ func (s *Store) checkpointLocked() error {
 		s.reportSlowCheckpoint(tx, int(rev-base), locked, took, gcCycles()-gcs)
 	}
 	s.ov.prune(rev)
-	s.checkpointed.Store(rev)
 	return nil
 }
 

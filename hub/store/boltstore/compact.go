@@ -44,7 +44,7 @@ func (s *Store) compact(ctx context.Context, rev int64) error {
 	}
 	// Compaction deletes events from the b-tree; those it should delete
 	// must be there first.
-	if rev > s.checkpointed.Load() {
+	if rev > s.ov.checkpointed() {
 		if err := s.checkpoint(); err != nil {
 			return err
 		}
@@ -151,7 +151,7 @@ func (s *Store) compactLoop() {
 		}
 		target := s.compacted.Load()
 		if s.opts.HistoryLimit >= 0 {
-			target = max(target, s.rev.Load()-s.opts.HistoryLimit)
+			target = max(target, s.ov.current()-s.opts.HistoryLimit)
 		}
 		if err := s.compact(ctx, target); err != nil && ctx.Err() == nil {
 			s.log.Error("automatic compaction failed", "to", target, "err", err)

@@ -46,7 +46,7 @@ func newMetrics(reg prometheus.Registerer, s *Store) (*metrics, error) {
 		revision: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "flotilla_store_revision",
 			Help: "Current revision of the hub store.",
-		}, func() float64 { return float64(s.rev.Load()) }),
+		}, func() float64 { return float64(s.ov.current()) }),
 		compacted: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "flotilla_store_compacted_revision",
 			Help: "Oldest revision the hub store can still watch or list from.",

@@ -123,8 +123,16 @@ func (o *overlay) get(key string) (pendingKey, bool) {
 	return p, ok
 }
 
+// current is the newest acknowledged revision.
 func (o *overlay) current() int64 {
 	o.mu.RLock()
 	defer o.mu.RUnlock()
 	return o.rev
+}
+
+// checkpointed is the revision the b-tree holds every write through.
+func (o *overlay) checkpointed() int64 {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return o.base
 }

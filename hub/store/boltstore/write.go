@@ -210,7 +210,6 @@ func (s *Store) commit(batch []*writeOp) {
 		}
 	} else if len(events) > 0 {
 		last := events[len(events)-1].KV.ModRevision
-		s.rev.Store(last)
 		s.hub.publish(events, last)
 		s.maybeAutoCompact(last)
 	}
@@ -326,8 +325,10 @@ func (s *Store) applyBatch(batch []*writeOp, results []writeResult) ([]store.Eve
 	if s.ov.bytes.Load() >= int64(s.opts.CheckpointBytes) {
 		s.kickCheckpoint()
 	}
-	if err := s.wal.removeThrough(s.checkpointed.Load()); err != nil {
-		s.log.Warn("could not delete a checkpointed segment of the store log; it is tried again", "err", err)
+	if len(s.wal.old) > 0 {
+		if err := s.wal.removeThrough(s.ov.checkpointed()); err != nil {
+			s.log.Warn("could not delete a checkpointed segment of the store log; it is tried again", "err", err)
+		}
 	}
 	events := make([]store.Event, len(pending))
 	for i, e := range pending {

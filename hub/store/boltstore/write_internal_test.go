@@ -63,7 +63,7 @@ func TestQueuedWritesWaitForCompany(t *testing.T) {
 
 	// Hold the commit after its transaction, before it is answered: a
 	// write arriving meanwhile queues up.
-	rev := s.rev.Load()
+	rev := s.ov.current()
 	s.hub.mu.Lock()
 	// Queued by hand, to know when the write loop has taken each.
 	enqueue := func(key string) <-chan error {
@@ -74,7 +74,7 @@ func TestQueuedWritesWaitForCompany(t *testing.T) {
 		return errc
 	}
 	first := enqueue("/k/first")
-	waitFor("the first write's transaction", func() bool { return s.rev.Load() > rev })
+	waitFor("the first write's transaction", func() bool { return s.ov.current() > rev })
 	queued := enqueue("/k/queued")
 	s.hub.mu.Unlock()
 	wait("the first write", first)
@@ -142,7 +142,7 @@ func TestWritesDoNotWaitForTheTree(t *testing.T) {
 	if err := <-ckErr; err != nil {
 		t.Fatal(err)
 	}
-	if got := s.checkpointed.Load(); got != rev {
+	if got := s.ov.checkpointed(); got != rev {
 		t.Errorf("checkpointed through %d, want %d", got, rev)
 	}
 	out := logged.String()
