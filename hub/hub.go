@@ -472,6 +472,9 @@ func (h *Hub) Run(ctx context.Context) error {
 			MaxReadFrameSize:          MaxReadFrameSize,
 		},
 	}
+	// Device tunnels are hijacked connections, which Shutdown does not
+	// close by itself.
+	httpSrv.RegisterOnShutdown(h.api.CloseTunnels)
 	// The node authorizer and the loops work through the API: they start
 	// once it is ready.
 	afterReady := func(f func(ctx context.Context) error) func(context.Context) error {

@@ -2,6 +2,7 @@ package hubclient
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 
+	"flotilla.dev/flotilla/agent/tunnel"
 	"flotilla.dev/flotilla/agent/watchmux"
 )
 
@@ -75,6 +77,9 @@ func NewForConfig(c *rest.Config) (*Clientset, error) {
 		}
 		cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
 	}
+	// All of the agent's requests in one tunnel to the hub, under
+	// client-go's header wrappers.
+	cfg.Wrap(tunnel.Wrap(slog.Default()))
 	httpClient, err := rest.HTTPClientFor(&cfg)
 	if err != nil {
 		return nil, fmt.Errorf("hub client: %w", err)

@@ -25,6 +25,10 @@
 //   - Multiplexed watches (watches.go): the path a device POSTs its
 //     watches to (PathWatches), the request naming them (WatchesRequest)
 //     and the frames of the answer (Frame, AppendFrame, ReadFrame).
+//   - Device tunnels (tunnel.go): the path a device opens its tunnel on
+//     (PathTunnel), its Upgrade token (TunnelProtocol), the frames that
+//     carry its requests and their answers (TunnelFrame,
+//     AppendTunnelFrame, ReadTunnelFrame) and its keep-alive timing.
 //   - Usage reports (usage.go): the path a device POSTs its usage to
 //     (PathUsage), the report's compact JSON (UsageReport) and its bound
 //     (MaxUsageReportBytes).

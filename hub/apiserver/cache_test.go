@@ -32,7 +32,7 @@ func newTestCache(t *testing.T, window, buffer int) (*watchCache, *boltstore.Sto
 	}
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c := newWatchCache(log, st, window, buffer, newMetrics(nil, nil))
+	c := newWatchCache(log, st, window, buffer, newMetrics(nil, nil, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go func() { _ = c.Run(ctx) }()
@@ -187,7 +187,7 @@ func TestWindowReplayedAtStart(t *testing.T) {
 		revs = append(revs, putConfigMap(t, st, fmt.Sprintf("c%d", i)))
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c := newWatchCache(log, st, 3, 10, newMetrics(nil, nil))
+	c := newWatchCache(log, st, 3, 10, newMetrics(nil, nil, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = c.Run(ctx) }()
@@ -241,7 +241,7 @@ func TestReadyAfterAReloadDuringTheReplay(t *testing.T) {
 		last = putConfigMap(t, st, fmt.Sprintf("c%d", i))
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c := newWatchCache(log, &failingFirstWatch{Store: st}, 3, 10, newMetrics(nil, nil))
+	c := newWatchCache(log, &failingFirstWatch{Store: st}, 3, 10, newMetrics(nil, nil, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = c.Run(ctx) }()

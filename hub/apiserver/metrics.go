@@ -2,6 +2,8 @@ package apiserver
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"flotilla.dev/flotilla/api/agentapi"
 )
 
 type metrics struct {
@@ -14,9 +16,10 @@ type metrics struct {
 	eventsExpired   prometheus.Counter
 	usageReports    prometheus.Counter
 	usageBytes      prometheus.Counter
+	tunnels         prometheus.GaugeFunc
 }
 
-func newMetrics(reg prometheus.Registerer, c func() *watchCache) *metrics {
+func newMetrics(reg prometheus.Registerer, c func() *watchCache, tunnels func() int) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flotilla_apiserver_requests_total",
@@ -56,8 +59,12 @@ func newMetrics(reg prometheus.Registerer, c func() *watchCache) *metrics {
 		Name: "flotilla_apiserver_cache_revision",
 		Help: "The store revision the watch cache has reached.",
 	}, func() float64 { return float64(c().revision()) })
+	m.tunnels = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "flotilla_apiserver_tunnels",
+		Help: "Open device tunnels (" + agentapi.PathTunnel + ").",
+	}, func() float64 { return float64(tunnels()) })
 	if reg != nil {
-		reg.MustRegister(m.requests, m.latency, m.watchers, m.watchersDropped, m.cacheRevision, m.watchEvents, m.eventsExpired, m.usageReports, m.usageBytes)
+		reg.MustRegister(m.requests, m.latency, m.watchers, m.watchersDropped, m.cacheRevision, m.watchEvents, m.eventsExpired, m.usageReports, m.usageBytes, m.tunnels)
 	}
 	return m
 }

@@ -96,6 +96,7 @@ type Server struct {
 	nsQueue chan string
 	limits  *limiters
 	fields  *fieldManagers
+	tunnels tunnels
 }
 
 // maxBodyBytes bounds request bodies; objects are further bounded by
@@ -133,9 +134,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Log, store: cfg.Store, now: cfg.Now, ready: make(chan struct{}), nsQueue: make(chan string, 1024)}
+	s.tunnels.open = map[*tunnel]struct{}{}
 	s.limits = newLimiters(cfg.Limits, cfg.Now)
 	s.fields = newFieldManagers(cfg.TypeConverter)
-	s.metrics = newMetrics(cfg.Registry, func() *watchCache { return s.cache })
+	s.metrics = newMetrics(cfg.Registry, func() *watchCache { return s.cache }, s.tunnels.count)
 	s.cache = newWatchCache(cfg.Log, cfg.Store, cfg.WatchWindow, cfg.WatcherBuffer, s.metrics)
 	alloc, err := newServiceAllocator(cfg.ServiceCIDR, cfg.NodePortBase, cfg.NodePortSize)
 	if err != nil {
@@ -253,7 +255,7 @@ func (s *Server) admitRequest(q *request, r *http.Request) bool {
 		}
 	}
 	// The multiplexed watches stream for as long as a watch does.
-	longRunning := isLongRunning(ri, isResource) || path == agentapi.PathWatches
+	longRunning := isLongRunning(ri, isResource) || path == agentapi.PathWatches || path == agentapi.PathTunnel
 	s.setWriteDeadline(rec, longRunning)
 	if !s.rateLimit(rec, r, rr) {
 		return false
@@ -295,8 +297,9 @@ func (s *Server) admitRequest(q *request, r *http.Request) bool {
 		if ok := s.authorize(rec, r, attrs, &mri); !ok {
 			return false
 		}
-	} else if !public && path != agentapi.PathWatches {
-		// (Each of the multiplexed watches is authorized as its own GET.)
+	} else if !public && path != agentapi.PathWatches && path != agentapi.PathTunnel {
+		// (Each of the multiplexed watches, and each request of a
+		// tunnel, is authorized as its own request.)
 		if ok := s.authorize(rec, r, Attributes{User: user, Verb: strings.ToLower(r.Method), Path: path}, nil); !ok {
 			return false
 		}
@@ -320,8 +323,12 @@ func (s *Server) admitRequest(q *request, r *http.Request) bool {
 func (q *request) serve() {
 	s, r, rec := q.s, q.r, q.rec
 	if !q.isResource {
-		if r.URL.Path == agentapi.PathWatches {
+		switch r.URL.Path {
+		case agentapi.PathWatches:
 			s.serveWatches(rec, r)
+			return
+		case agentapi.PathTunnel:
+			s.serveTunnel(rec, r)
 			return
 		}
 		s.serveNonResource(rec, r)

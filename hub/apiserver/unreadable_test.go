@@ -45,7 +45,7 @@ func TestUnreadableObjectsAreSetAside(t *testing.T) {
 	if _, err := st.Create(ctx, objectKey(cmRes, "default", "bad"), []byte("BROKEN")); err != nil {
 		t.Fatal(err)
 	}
-	c := newWatchCache(slog.New(slog.NewTextHandler(io.Discard, nil)), brokenStore{st}, 100, 100, newMetrics(nil, nil))
+	c := newWatchCache(slog.New(slog.NewTextHandler(io.Discard, nil)), brokenStore{st}, 100, 100, newMetrics(nil, nil, nil))
 	go func() { _ = c.Run(ctx) }()
 	<-c.ready
 
