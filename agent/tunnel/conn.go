@@ -21,6 +21,11 @@ var (
 	errBodyClosed = errors.New("tunnel: read on a closed body")
 )
 
+// maxQueued bounds the bytes of one answer that came and were not read
+// yet: far more than a device's lists and watch events need, far less
+// than a device's memory.
+var maxQueued = 64 << 20
+
 // conn is one open tunnel.
 type conn struct {
 	rwc io.ReadWriteCloser
@@ -215,6 +220,7 @@ type call struct {
 	mu       sync.Mutex
 	answered bool     // head was sent
 	chunks   [][]byte // the body's bytes not read yet
+	queued   int      // their length
 	err      error    // how the body ends, once it has
 	closed   bool     // the reader closed the body
 }
@@ -250,7 +256,17 @@ func (cl *call) push(p []byte) {
 		return
 	}
 	cl.chunks = append(cl.chunks, p)
+	cl.queued += len(p)
+	over := cl.queued > maxQueued
 	cl.mu.Unlock()
+	if over {
+		// The tunnel cannot stop the hub sending one answer without
+		// stopping all of them; an answer read this slowly ends instead
+		// (a watch resumes, as one the hub finds too slow does).
+		cl.fail(fmt.Errorf("%w: the answer's reader fell %d bytes behind", ErrClosed, maxQueued))
+		cl.c.cancel(cl.id)
+		return
+	}
 	cl.signal()
 }
 
@@ -294,6 +310,7 @@ func (b *body) Read(p []byte) (int, error) {
 		}
 		if len(cl.chunks) > 0 {
 			n := copy(p, cl.chunks[0])
+			cl.queued -= n
 			if n == len(cl.chunks[0]) {
 				cl.chunks[0] = nil
 				cl.chunks = cl.chunks[1:]

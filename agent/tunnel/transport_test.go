@@ -2,9 +2,12 @@ package tunnel_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"flotilla.dev/flotilla/agent/tunnel"
+	"flotilla.dev/flotilla/api/agentapi"
 	"flotilla.dev/flotilla/hub/hubtest"
 )
 
@@ -161,5 +165,89 @@ func TestHubWithoutTunnels(t *testing.T) {
 	}
 	if n := under.n.Load(); n != 3 {
 		t.Errorf("%d requests went over the base transport, want 3", n)
+	}
+}
+
+// TestSlowReaderEndsItsAnswer: an answer whose reader falls too far behind
+// ends with an error and is cancelled on the hub, and the tunnel goes on
+// serving the device's other requests.
+func TestSlowReaderEndsItsAnswer(t *testing.T) {
+	defer tunnel.SetMaxQueued(1 << 20)()
+	cancelled := make(chan uint32, 1)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != agentapi.PathTunnel {
+			http.NotFound(w, r)
+			return
+		}
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		_, _ = io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: "+agentapi.TunnelProtocol+"\r\n\r\n")
+		var mu sync.Mutex
+		send := func(f agentapi.TunnelFrame) error {
+			mu.Lock()
+			defer mu.Unlock()
+			_, err := conn.Write(agentapi.AppendTunnelFrame(nil, f))
+			return err
+		}
+		for {
+			f, _, err := agentapi.ReadTunnelFrame(conn, nil)
+			if err != nil {
+				return
+			}
+			switch f.Kind {
+			case agentapi.TunnelCancel:
+				cancelled <- f.ID
+			case agentapi.TunnelRequest:
+				head := "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n"
+				if err := send(agentapi.TunnelFrame{ID: f.ID, Kind: agentapi.TunnelHead, Payload: []byte(head)}); err != nil {
+					return
+				}
+				if strings.Contains(string(f.Payload), "/flood") {
+					// Far more than the reader will take, while it takes nothing.
+					go func(id uint32) {
+						chunk := make([]byte, 256<<10)
+						for range 16 {
+							if send(agentapi.TunnelFrame{ID: id, Kind: agentapi.TunnelData, Payload: chunk}) != nil {
+								return
+							}
+						}
+					}(f.ID)
+					continue
+				}
+				_ = send(agentapi.TunnelFrame{ID: f.ID, Kind: agentapi.TunnelData, Payload: []byte("ok")})
+				_ = send(agentapi.TunnelFrame{ID: f.ID, Kind: agentapi.TunnelEnd})
+			}
+		}
+	}))
+	srv.StartTLS()
+	defer srv.Close()
+	rt := tunnel.New(srv.Client().Transport, nil)
+	get := func(path string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		return resp
+	}
+	flood := get("/flood")
+	defer flood.Body.Close()
+	select {
+	case <-cancelled:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the hub was not told to stop sending an answer nobody reads")
+	}
+	if _, err := io.ReadAll(flood.Body); !errors.Is(err, tunnel.ErrClosed) {
+		t.Errorf("reading the flooded answer: %v, want tunnel.ErrClosed", err)
+	}
+	resp := get("/other")
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || string(b) != "ok" {
+		t.Errorf("the next request in the tunnel: %q, %v", b, err)
 	}
 }
