@@ -207,6 +207,7 @@ func (t *Transport) open(req *http.Request, h1 *http.Transport) (*conn, *http.Re
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
 		// A busy or failing hub: the request gets the hub's answer (its
 		// Retry-After), as it would have over its own connection.
+		resp.Request = req
 		return nil, resp, nil
 	}
 	// The hub serves no tunnels.

@@ -251,3 +251,37 @@ func TestSlowReaderEndsItsAnswer(t *testing.T) {
 		t.Errorf("the next request in the tunnel: %q, %v", b, err)
 	}
 }
+
+// TestBusyHub: a hub that answers the tunnel 503 gives the request that
+// answer (its Retry-After for client-go), and is asked for a tunnel again
+// on the next request rather than sent requests over HTTP/2.
+func TestBusyHub(t *testing.T) {
+	var opens atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == agentapi.PathTunnel {
+			opens.Add(1)
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		t.Errorf("%s reached the hub outside a tunnel", r.URL.Path)
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	rt := tunnel.New(srv.Client().Transport, nil)
+	for range 2 {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/nodes", nil)
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" || resp.Request != req {
+			t.Errorf("the answer of a busy hub: %s, Retry-After %q", resp.Status, resp.Header.Get("Retry-After"))
+		}
+	}
+	if n := opens.Load(); n != 2 {
+		t.Errorf("the busy hub was asked for %d tunnels, want 2", n)
+	}
+}
