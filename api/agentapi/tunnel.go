@@ -88,22 +88,33 @@ func AppendTunnelFrame(b []byte, f TunnelFrame) []byte {
 	return append(b, f.Payload...)
 }
 
-// ReadTunnelFrame reads one frame into buf when it is large enough (the
-// payload is valid until buf is used again). io.EOF only between frames.
-func ReadTunnelFrame(r io.Reader, buf []byte) (TunnelFrame, []byte, error) {
+// ReadTunnelHeader reads a frame up to its payload: the frame without
+// it, and the payload's length, which the reader reads next (or
+// discards). io.EOF only between frames.
+func ReadTunnelHeader(r io.Reader) (TunnelFrame, int, error) {
 	var h [tunnelHeader]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
-		return TunnelFrame{}, buf, err
+		return TunnelFrame{}, 0, err
 	}
 	f := TunnelFrame{ID: binary.BigEndian.Uint32(h[0:4]), Kind: TunnelKind(h[4])}
 	n := binary.BigEndian.Uint32(h[5:9])
 	if n > MaxTunnelPayload {
-		return TunnelFrame{}, buf, fmt.Errorf("%w: %d bytes in a tunnel frame (at most %d)", ErrFrameTooLarge, n, MaxTunnelPayload)
+		return TunnelFrame{}, 0, fmt.Errorf("%w: %d bytes in a tunnel frame (at most %d)", ErrFrameTooLarge, n, MaxTunnelPayload)
 	}
 	if f.Kind < TunnelRequest || f.Kind > TunnelPong {
-		return TunnelFrame{}, buf, fmt.Errorf("tunnel: frame of unknown kind %d", f.Kind)
+		return TunnelFrame{}, 0, fmt.Errorf("tunnel: frame of unknown kind %d", f.Kind)
 	}
-	if cap(buf) < int(n) {
+	return f, int(n), nil
+}
+
+// ReadTunnelFrame reads one frame into buf when it is large enough (the
+// payload is valid until buf is used again). io.EOF only between frames.
+func ReadTunnelFrame(r io.Reader, buf []byte) (TunnelFrame, []byte, error) {
+	f, n, err := ReadTunnelHeader(r)
+	if err != nil {
+		return TunnelFrame{}, buf, err
+	}
+	if cap(buf) < n {
 		buf = make([]byte, n)
 	}
 	f.Payload = buf[:n]

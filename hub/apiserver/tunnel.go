@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +40,12 @@ const (
 	// tunnelChunk bounds a data frame, and the bytes a response gathers
 	// before it sends them without being flushed.
 	tunnelChunk = 32 << 10
+	// tunnelMaxHead bounds a request's line and headers, as the HTTP
+	// server's MaxHeaderBytes does on a connection of its own.
+	tunnelMaxHead = 64 << 10
+	// tunnelMaxRequest bounds a request frame: its head and the largest
+	// body the hub takes.
+	tunnelMaxRequest = tunnelMaxHead + maxBodyBytes
 )
 
 // tunnels are the hub's open tunnels, closed when the hub shuts down (a
@@ -161,7 +168,12 @@ func (t *tunnel) run() {
 	defer t.close()
 	for {
 		_ = t.conn.SetReadDeadline(time.Now().Add(agentapi.TunnelIdleTimeout))
-		f, _, err := agentapi.ReadTunnelFrame(t.in, nil)
+		f, n, err := agentapi.ReadTunnelHeader(t.in)
+		if err == nil && f.Kind == agentapi.TunnelRequest {
+			err = t.request(f.ID, n)
+		} else if err == nil && n > 0 {
+			err = fmt.Errorf("a frame of kind %d with a payload of %d bytes: only requests have one", f.Kind, n)
+		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				t.s.log.Debug("device tunnel closed", "remote", t.remote, "err", err)
@@ -170,18 +182,6 @@ func (t *tunnel) run() {
 		}
 		switch f.Kind {
 		case agentapi.TunnelRequest:
-			select {
-			case t.slots <- struct{}{}:
-			case <-t.ctx.Done():
-				return
-			}
-			ctx, cancel := context.WithCancel(t.ctx)
-			if !t.start(f.ID, cancel) {
-				cancel()
-				t.s.log.Warn("device tunnel closed: the device reused the id of a request still open", "remote", t.remote, "id", f.ID)
-				return
-			}
-			go t.serve(ctx, f.ID, f.Payload)
 		case agentapi.TunnelCancel:
 			t.mu.Lock()
 			if cancel := t.reqs[f.ID]; cancel != nil {
@@ -198,6 +198,52 @@ func (t *tunnel) run() {
 			return
 		}
 	}
+}
+
+// request reads a request of n bytes and serves it. The bytes are
+// charged to the hub's budget for request bodies until it ends, as the
+// body of a request on a connection of its own is while it is read; a
+// request past the budget or too large is read, dropped and refused.
+func (t *tunnel) request(id uint32, n int) error {
+	var refusal error
+	switch {
+	case n > tunnelMaxRequest:
+		refusal = apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("a request in a tunnel holds at most %d bytes (a body of %d, and its headers); send a smaller object", tunnelMaxRequest, maxBodyBytes))
+	case !t.s.limits.bodies.charge(int64(n)):
+		refusal = apierrors.NewTooManyRequests("the hub is receiving too many request bodies at once; retry later", 1)
+	}
+	if refusal != nil {
+		if _, err := io.CopyN(io.Discard, t.in, int64(n)); err != nil {
+			return err
+		}
+		tw := &tunnelWriter{t: t, id: id, header: http.Header{}}
+		t.s.writeError(tw, &http.Request{Method: http.MethodGet, URL: &url.URL{Path: agentapi.PathTunnel}, Header: http.Header{}}, refusal, nil)
+		tw.finish()
+		return tw.err
+	}
+	payload := make([]byte, n)
+	if _, err := io.ReadFull(t.in, payload); err != nil {
+		t.s.limits.bodies.refund(int64(n))
+		return err
+	}
+	select {
+	case t.slots <- struct{}{}:
+	case <-t.ctx.Done():
+		t.s.limits.bodies.refund(int64(n))
+		return t.ctx.Err()
+	}
+	ctx, cancel := context.WithCancel(t.ctx)
+	if !t.start(id, cancel) {
+		cancel()
+		<-t.slots
+		t.s.limits.bodies.refund(int64(n))
+		return fmt.Errorf("the device reused the id %d of a request still open", id)
+	}
+	go func() {
+		defer t.s.limits.bodies.refund(int64(n))
+		t.serve(ctx, id, payload)
+	}()
+	return nil
 }
 
 func (t *tunnel) start(id uint32, cancel context.CancelFunc) bool {
@@ -242,6 +288,13 @@ func (t *tunnel) serve(ctx context.Context, id uint32, payload []byte) {
 			tw.abort("the hub failed serving the request")
 		}
 	}()
+	if end := bytes.Index(payload[:min(len(payload), tunnelMaxHead)], []byte("\r\n\r\n")); end < 0 && len(payload) >= tunnelMaxHead {
+		t.s.writeError(tw, &http.Request{Method: http.MethodGet, URL: &url.URL{Path: agentapi.PathTunnel}, Header: http.Header{}},
+			&apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusRequestHeaderFieldsTooLarge,
+				Message: fmt.Sprintf("tunnel: request %d has more than %d bytes of request line and headers", id, tunnelMaxHead)}}, nil)
+		tw.finish()
+		return
+	}
 	// The request's body reads from this reader for as long as the
 	// request lasts (a device's watch stream: hours), so it is no larger
 	// than the request.

@@ -129,6 +129,28 @@ func TestTunnelFrames(t *testing.T) {
 	for readFrame(t, br).Kind != agentapi.TunnelEnd {
 	}
 
+	// Too large a request is refused, and the tunnel goes on.
+	sendFrame(t, conn, agentapi.TunnelFrame{ID: 5, Kind: agentapi.TunnelRequest, Payload: make([]byte, 4<<20)})
+	head = readFrame(t, br)
+	if head.ID != 5 || !strings.HasPrefix(string(head.Payload), "HTTP/1.1 413 ") {
+		t.Fatalf("a request of 4 MiB: %q", head.Payload)
+	}
+	for readFrame(t, br).Kind != agentapi.TunnelEnd {
+	}
+	// So are headers larger than a connection's.
+	sendFrame(t, conn, agentapi.TunnelFrame{ID: 6, Kind: agentapi.TunnelRequest,
+		Payload: []byte("GET /api/v1/namespaces HTTP/1.1\r\nHost: hub\r\nX-Big: " + strings.Repeat("x", 70<<10) + "\r\n\r\n")})
+	head = readFrame(t, br)
+	if head.ID != 6 || !strings.HasPrefix(string(head.Payload), "HTTP/1.1 431 ") {
+		t.Fatalf("a request with 70 KiB of headers: %q", head.Payload)
+	}
+	for readFrame(t, br).Kind != agentapi.TunnelEnd {
+	}
+	sendFrame(t, conn, agentapi.TunnelFrame{ID: 42, Kind: agentapi.TunnelPing})
+	if f := readFrame(t, br); f.Kind != agentapi.TunnelPong {
+		t.Fatalf("after refused requests, a ping was answered with kind %d", f.Kind)
+	}
+
 	// A frame only the hub sends ends the tunnel.
 	sendFrame(t, conn, agentapi.TunnelFrame{ID: 4, Kind: agentapi.TunnelHead})
 	if _, _, err := agentapi.ReadTunnelFrame(br, nil); !errors.Is(err, io.EOF) {
