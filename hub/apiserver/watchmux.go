@@ -81,6 +81,9 @@ func (s *Server) openWatches(w http.ResponseWriter, r *http.Request) (*watchStre
 	if err != nil {
 		return nil, badRequest("reading the watches: %v", err)
 	}
+	// The request lives as long as the stream, for hours; the copy of
+	// its body read before it was admitted is not needed past here.
+	r.Body = http.NoBody
 	if len(body) > agentapi.MaxWatchesRequestBytes {
 		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("a watches request holds at most %d bytes", agentapi.MaxWatchesRequestBytes))
 	}
