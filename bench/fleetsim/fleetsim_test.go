@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,6 +40,14 @@ func TestSmallFleet(t *testing.T) {
 	defer f.Stop()
 	if err := f.WaitWatching(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// Each device talks to the hub through its tunnel, as an agent does.
+	raw, err := h.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), "\nflotilla_apiserver_tunnels 24\n") {
+		t.Errorf("the hub's metrics do not count 24 open tunnels, one a device")
 	}
 
 	sel := map[string]string{"app": "kiosk"}
