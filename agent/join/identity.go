@@ -192,15 +192,15 @@ func hubTransport(tlsCfg *tls.Config) *http.Transport {
 // HTTP/2 transport client-go attached to it reads its settings from the
 // original.
 func WithSmallHeaderTable(rt http.RoundTripper) http.RoundTripper {
-	if t := netHTTPTransport(rt); t != nil && t.HTTP2 == nil {
+	if t := NetHTTPTransport(rt); t != nil && t.HTTP2 == nil {
 		t.HTTP2 = &http.HTTP2Config{MaxEncoderHeaderTableSize: RequestHeaderTableSize}
 	}
 	return rt
 }
 
-// netHTTPTransport finds the net/http transport under client-go's
+// NetHTTPTransport finds the net/http transport under client-go's
 // wrappers, or nil.
-func netHTTPTransport(rt http.RoundTripper) *http.Transport {
+func NetHTTPTransport(rt http.RoundTripper) *http.Transport {
 	for inner := rt; inner != nil; {
 		switch t := inner.(type) {
 		case *http.Transport:
@@ -259,7 +259,7 @@ func (c *SessionCache) Reset() {
 // net/http transport itself, as WithSmallHeaderTable does.
 func WithSessionCache(c *SessionCache) func(http.RoundTripper) http.RoundTripper {
 	return func(rt http.RoundTripper) http.RoundTripper {
-		if t := netHTTPTransport(rt); t != nil && t.TLSClientConfig != nil {
+		if t := NetHTTPTransport(rt); t != nil && t.TLSClientConfig != nil {
 			t.TLSClientConfig.ClientSessionCache = c
 		}
 		return rt

@@ -143,7 +143,7 @@ func TestSessionCacheIsShared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := netHTTPTransport(rt)
+	tr := NetHTTPTransport(rt)
 	if tr == nil || tr.TLSClientConfig == nil || tr.TLSClientConfig.ClientSessionCache != c {
 		t.Fatal("client-go's transport does not use the device's session cache")
 	}

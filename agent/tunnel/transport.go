@@ -13,8 +13,7 @@ import (
 	"sync"
 	"time"
 
-	utilnet "k8s.io/apimachinery/pkg/util/net"
-
+	"flotilla.dev/flotilla/agent/join"
 	"flotilla.dev/flotilla/api/agentapi"
 )
 
@@ -136,7 +135,7 @@ func (t *Transport) tunnel(req *http.Request) (*conn, *http.Response, error) {
 			return nil, nil, nil
 		}
 		if t.h1 == nil {
-			base := netHTTPTransport(t.base)
+			base := join.NetHTTPTransport(t.base)
 			if base == nil {
 				t.noTunnels = true
 				t.mu.Unlock()
@@ -237,21 +236,6 @@ func http1Transport(base *http.Transport) *http.Transport {
 	// over the base transport.
 	h1.DisableKeepAlives = true
 	return h1
-}
-
-// netHTTPTransport is the net/http transport under rt's wrappers.
-func netHTTPTransport(rt http.RoundTripper) *http.Transport {
-	for inner := rt; inner != nil; {
-		switch t := inner.(type) {
-		case *http.Transport:
-			return t
-		case utilnet.RoundTripperWrapper:
-			inner = t.WrappedRoundTripper()
-		default:
-			return nil
-		}
-	}
-	return nil
 }
 
 // parseHead reads an answer's status line and headers.

@@ -217,8 +217,7 @@ func (t *tunnel) request(id uint32, n int) error {
 			return err
 		}
 		tw := &tunnelWriter{t: t, id: id, header: http.Header{}}
-		t.s.writeError(tw, &http.Request{Method: http.MethodGet, URL: &url.URL{Path: agentapi.PathTunnel}, Header: http.Header{}}, refusal, nil)
-		tw.finish()
+		t.refuse(tw, refusal)
 		return tw.err
 	}
 	payload := make([]byte, n)
@@ -244,6 +243,13 @@ func (t *tunnel) request(id uint32, n int) error {
 		t.serve(ctx, id, payload)
 	}()
 	return nil
+}
+
+// refuse answers a request of the tunnel that is not served with err,
+// as ServeHTTP answers one it refuses.
+func (t *tunnel) refuse(tw *tunnelWriter, err error) {
+	t.s.writeError(tw, &http.Request{Method: http.MethodGet, URL: &url.URL{Path: agentapi.PathTunnel}, Header: http.Header{}}, err, nil)
+	tw.finish()
 }
 
 func (t *tunnel) start(id uint32, cancel context.CancelFunc) bool {
@@ -289,10 +295,8 @@ func (t *tunnel) serve(ctx context.Context, id uint32, payload []byte) {
 		}
 	}()
 	if end := bytes.Index(payload[:min(len(payload), tunnelMaxHead)], []byte("\r\n\r\n")); end < 0 && len(payload) >= tunnelMaxHead {
-		t.s.writeError(tw, &http.Request{Method: http.MethodGet, URL: &url.URL{Path: agentapi.PathTunnel}, Header: http.Header{}},
-			&apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusRequestHeaderFieldsTooLarge,
-				Message: fmt.Sprintf("tunnel: request %d has more than %d bytes of request line and headers", id, tunnelMaxHead)}}, nil)
-		tw.finish()
+		t.refuse(tw, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusRequestHeaderFieldsTooLarge,
+			Message: fmt.Sprintf("tunnel: request %d has more than %d bytes of request line and headers", id, tunnelMaxHead)}})
 		return
 	}
 	// The request's body reads from this reader for as long as the

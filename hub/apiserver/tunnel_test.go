@@ -16,8 +16,9 @@ import (
 	"flotilla.dev/flotilla/hub/hubtest"
 )
 
-// rawTunnel opens a tunnel by hand with cfg's certificate.
-func rawTunnel(t *testing.T, h *hubtest.Hub, cfg *rest.Config) (*tls.Conn, *bufio.Reader) {
+// askTunnel asks the hub for a tunnel by hand, over HTTP/1.1 with cfg's
+// certificate, and reads its answer.
+func askTunnel(t *testing.T, h *hubtest.Hub, cfg *rest.Config) (*tls.Conn, *bufio.Reader, *http.Response) {
 	t.Helper()
 	tc, err := rest.TLSConfigFor(cfg)
 	if err != nil {
@@ -38,6 +39,13 @@ func rawTunnel(t *testing.T, h *hubtest.Hub, cfg *rest.Config) (*tls.Conn, *bufi
 	if err != nil {
 		t.Fatal(err)
 	}
+	return conn, br, resp
+}
+
+// rawTunnel opens a tunnel by hand with cfg's certificate.
+func rawTunnel(t *testing.T, h *hubtest.Hub, cfg *rest.Config) (*tls.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, br, resp := askTunnel(t, h, cfg)
 	if resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Upgrade") != agentapi.TunnelProtocol {
 		t.Fatalf("opening a tunnel: %s, Upgrade %q", resp.Status, resp.Header.Get("Upgrade"))
 	}
@@ -176,22 +184,7 @@ func TestTunnelRefusals(t *testing.T) {
 		t.Errorf("a tunnel over HTTP/2: %s, want 426", resp.Status)
 	}
 	// Without a certificate: 401.
-	anon := rest.AnonymousClientConfig(h.Config)
-	tc, err := rest.TLSConfigFor(anon)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc.NextProtos = []string{"http/1.1"}
-	conn, err := tls.Dial("tcp", strings.TrimPrefix(h.URL(), "https://"), tc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_, _ = io.WriteString(conn, "GET "+agentapi.PathTunnel+" HTTP/1.1\r\nHost: hub\r\nConnection: Upgrade\r\nUpgrade: "+agentapi.TunnelProtocol+"\r\n\r\n")
-	resp, err = http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, resp = askTunnel(t, h, rest.AnonymousClientConfig(h.Config))
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("a tunnel without a certificate: %s, want 401", resp.Status)
 	}
