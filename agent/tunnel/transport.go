@@ -33,18 +33,25 @@ type Transport struct {
 	base http.RoundTripper
 	log  *slog.Logger
 
+	// h1 opens tunnels as base opens connections, over HTTP/1.1; nil
+	// when base has no net/http transport under it to copy.
+	h1 *http.Transport
+
 	mu            sync.Mutex
-	h1            *http.Transport // opens tunnels; nil until the first
-	noTunnels     bool            // base is no net/http transport: none to open tunnels with
 	cur           *conn
 	dialing       chan struct{} // closed when the tunnel being opened is (or is not)
 	fallbackUntil time.Time
 }
 
 // New wraps base, the device's transport to its hub; log, when not nil,
-// says when the hub serves no tunnels.
+// says when the hub serves no tunnels. Made last among rest.Config's
+// wrappers, it copies base's net/http transport as they left it.
 func New(base http.RoundTripper, log *slog.Logger) *Transport {
-	return &Transport{base: base, log: log}
+	t := &Transport{base: base, log: log}
+	if nt := join.NetHTTPTransport(base); nt != nil {
+		t.h1 = http1Transport(nt)
+	}
+	return t
 }
 
 // Wrap is New for rest.Config.Wrap.
@@ -130,18 +137,9 @@ func (t *Transport) tunnel(req *http.Request) (*conn, *http.Response, error) {
 			t.mu.Unlock()
 			return c, nil, nil
 		}
-		if time.Now().Before(t.fallbackUntil) || t.noTunnels {
+		if t.h1 == nil || time.Now().Before(t.fallbackUntil) {
 			t.mu.Unlock()
 			return nil, nil, nil
-		}
-		if t.h1 == nil {
-			base := join.NetHTTPTransport(t.base)
-			if base == nil {
-				t.noTunnels = true
-				t.mu.Unlock()
-				return nil, nil, nil
-			}
-			t.h1 = http1Transport(base)
 		}
 		if wait := t.dialing; wait != nil {
 			t.mu.Unlock()
@@ -154,10 +152,9 @@ func (t *Transport) tunnel(req *http.Request) (*conn, *http.Response, error) {
 		}
 		done := make(chan struct{})
 		t.dialing = done
-		h1 := t.h1
 		t.mu.Unlock()
 
-		c, resp, err := t.open(req, h1)
+		c, resp, err := t.open(req)
 
 		t.mu.Lock()
 		t.dialing = nil
@@ -171,7 +168,7 @@ func (t *Transport) tunnel(req *http.Request) (*conn, *http.Response, error) {
 }
 
 // open asks the hub for a tunnel.
-func (t *Transport) open(req *http.Request, h1 *http.Transport) (*conn, *http.Response, error) {
+func (t *Transport) open(req *http.Request) (*conn, *http.Response, error) {
 	u := *req.URL
 	u.Path, u.RawPath, u.RawQuery, u.Fragment = agentapi.PathTunnel, "", "", ""
 	// Not the request's context: the tunnel outlives it.
@@ -188,7 +185,7 @@ func (t *Transport) open(req *http.Request, h1 *http.Transport) (*conn, *http.Re
 	if ua := req.Header.Get("User-Agent"); ua != "" {
 		open.Header.Set("User-Agent", ua)
 	}
-	resp, err := h1.RoundTrip(open)
+	resp, err := t.h1.RoundTrip(open)
 	if err != nil {
 		if req.Context().Err() != nil {
 			return nil, nil, req.Context().Err()

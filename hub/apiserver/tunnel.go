@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -93,7 +94,7 @@ func (s *Server) CloseTunnels() {
 // serveTunnel answers a GET of agentapi.PathTunnel: it takes the
 // connection over and serves the tunnel's requests from then on.
 func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
-	if r.ProtoMajor != 1 || !headerHasToken(r.Header, "Connection", "upgrade") || !strings.EqualFold(r.Header.Get("Upgrade"), agentapi.TunnelProtocol) {
+	if r.ProtoMajor != 1 || !httpguts.HeaderValuesContainsToken(r.Header["Connection"], "upgrade") || !strings.EqualFold(r.Header.Get("Upgrade"), agentapi.TunnelProtocol) {
 		w.Header().Set("Upgrade", agentapi.TunnelProtocol)
 		w.Header().Set("Connection", "Upgrade")
 		s.writeError(w, r, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUpgradeRequired,
@@ -434,16 +435,4 @@ func (tw *tunnelWriter) finish() {
 func (tw *tunnelWriter) abort(why string) {
 	tw.append(agentapi.TunnelFrame{ID: tw.id, Kind: agentapi.TunnelEnd, Payload: []byte(why)})
 	tw.send()
-}
-
-// headerHasToken says whether a comma-separated header holds token.
-func headerHasToken(h http.Header, name, token string) bool {
-	for _, v := range h.Values(name) {
-		for _, t := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(t), token) {
-				return true
-			}
-		}
-	}
-	return false
 }
