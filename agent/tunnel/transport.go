@@ -5,13 +5,17 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"flotilla.dev/flotilla/agent/join"
 	"flotilla.dev/flotilla/api/agentapi"
@@ -200,22 +204,53 @@ func (t *Transport) open(req *http.Request) (*conn, *http.Response, error) {
 		}
 		return newConn(rwc), nil, nil
 	}
-	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
-		// A busy or failing hub: the request gets the hub's answer (its
-		// Retry-After), as it would have over its own connection.
+	if !servesNoTunnels(resp.StatusCode) {
+		// A refusal (401, 403), a busy hub (429) or a failing one (5xx):
+		// the request gets the hub's answer, with its Status and
+		// Retry-After, as it would have over its own connection. Only an
+		// answer saying the path or the upgrade is not served is a reason
+		// to stop asking.
 		resp.Request = req
 		return nil, resp, nil
 	}
-	// The hub serves no tunnels.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	msg := hubMessage(resp.Body)
 	_ = resp.Body.Close()
 	t.mu.Lock()
 	t.fallbackUntil = time.Now().Add(fallbackFor)
 	t.mu.Unlock()
 	if t.log != nil {
-		t.log.Info("the hub serves no tunnels; sending requests over HTTP/2", "answer", resp.Status, "askAgainIn", fallbackFor)
+		t.log.Info("the hub serves no tunnels; sending requests over HTTP/2", "answer", resp.Status, "message", msg, "askAgainIn", fallbackFor)
 	}
 	return nil, nil, nil
+}
+
+// servesNoTunnels: the answer to a tunnel's upgrade says that this hub
+// (or a proxy before it) does not serve them: a hub from before tunnels
+// answers 404 for the path, a proxy that does not pass upgrades answers
+// the request as a plain GET (2xx, 3xx) or refuses the method, the
+// protocol or the upgrade (400, 405, 426, 501).
+func servesNoTunnels(code int) bool {
+	switch code {
+	case http.StatusBadRequest, http.StatusNotFound, http.StatusMethodNotAllowed,
+		http.StatusUpgradeRequired, http.StatusNotImplemented:
+		return true
+	}
+	return code >= 200 && code < 400
+}
+
+// hubMessage is the message of the Status the hub answered with, or the
+// start of whatever else it sent, for the log.
+func hubMessage(body io.Reader) string {
+	b, _ := io.ReadAll(io.LimitReader(body, 64<<10))
+	var st metav1.Status
+	if json.Unmarshal(b, &st) == nil && st.Message != "" {
+		return st.Message
+	}
+	const most = 200
+	if len(b) > most {
+		b = b[:most]
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // http1Transport opens tunnels as base opens connections (its TLS

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -252,36 +253,42 @@ func TestSlowReaderEndsItsAnswer(t *testing.T) {
 	}
 }
 
-// TestBusyHub: a hub that answers the tunnel 503 gives the request that
-// answer (its Retry-After for client-go), and is asked for a tunnel again
-// on the next request rather than sent requests over HTTP/2.
+// TestBusyHub: a hub that answers the tunnel 503 (busy), 401 or 403 (it
+// refuses this device) gives the request that answer (its Status, its
+// Retry-After for client-go), and is asked for a tunnel again on the next
+// request rather than sent requests over HTTP/2: only an answer saying
+// tunnels are not served is a reason to stop asking.
 func TestBusyHub(t *testing.T) {
-	var opens atomic.Int64
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == agentapi.PathTunnel {
-			opens.Add(1)
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, "starting", http.StatusServiceUnavailable)
-			return
-		}
-		t.Errorf("%s reached the hub outside a tunnel", r.URL.Path)
-	}))
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
-	defer srv.Close()
-	rt := tunnel.New(srv.Client().Transport, nil)
-	for range 2 {
-		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/nodes", nil)
-		resp, err := rt.RoundTrip(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" || resp.Request != req {
-			t.Errorf("the answer of a busy hub: %s, Retry-After %q", resp.Status, resp.Header.Get("Retry-After"))
-		}
-	}
-	if n := opens.Load(); n != 2 {
-		t.Errorf("the busy hub was asked for %d tunnels, want 2", n)
+	for _, code := range []int{http.StatusServiceUnavailable, http.StatusUnauthorized, http.StatusForbidden} {
+		t.Run(strconv.Itoa(code), func(t *testing.T) {
+			var opens atomic.Int64
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == agentapi.PathTunnel {
+					opens.Add(1)
+					w.Header().Set("Retry-After", "1")
+					http.Error(w, "not now", code)
+					return
+				}
+				t.Errorf("%s reached the hub outside a tunnel", r.URL.Path)
+			}))
+			srv.EnableHTTP2 = true
+			srv.StartTLS()
+			defer srv.Close()
+			rt := tunnel.New(srv.Client().Transport, nil)
+			for range 2 {
+				req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/nodes", nil)
+				resp, err := rt.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != code || resp.Header.Get("Retry-After") != "1" || resp.Request != req {
+					t.Errorf("the hub's answer: %s, Retry-After %q", resp.Status, resp.Header.Get("Retry-After"))
+				}
+			}
+			if n := opens.Load(); n != 2 {
+				t.Errorf("the hub was asked for %d tunnels, want 2", n)
+			}
+		})
 	}
 }
