@@ -314,7 +314,11 @@ func verifyClient(p *pki.PKI, revs *auth.Revocations) func(*x509.Certificate, []
 		if cert.Subject.CommonName == pki.AdminUser {
 			return nil
 		}
-		return revs.Check(cert.Subject.CommonName, pki.IssuedAt(cert))
+		err := revs.Check(cert.Subject.CommonName, pki.IssuedAt(cert))
+		if errors.Is(err, auth.ErrRevocationsLoading) {
+			return fmt.Errorf("%w: %w", apiserver.ErrCannotAuthenticateYet, err)
+		}
+		return err
 	}
 }
 

@@ -29,10 +29,18 @@ const (
 
 // Authenticator says who made a request. It returns (nil, nil) for a
 // request that carries no credentials, and an error for credentials that
-// are present but not valid; both become 401 on protected paths.
+// are present but not valid; both become 401 on protected paths. An
+// error wrapping ErrCannotAuthenticateYet is 503 instead.
 type Authenticator interface {
 	Authenticate(r *http.Request) (*UserInfo, error)
 }
+
+// ErrCannotAuthenticateYet: the authenticator cannot decide yet (a hub
+// that has not loaded what it checks credentials against). The client is
+// told to come back in a few seconds rather than that its credentials are
+// bad: after a hub restart a whole fleet asks at once, and a 401 would
+// make every device's request fail instead of wait.
+var ErrCannotAuthenticateYet = errors.New("the hub cannot check credentials yet")
 
 // Attributes describe what a request wants to do, for authorization and
 // audit.

@@ -187,8 +187,11 @@ func (s *Server) Ready() <-chan struct{} { return s.ready }
 // reconnecting; each client is given its own second to come back in
 // (client-go waits as long as Retry-After says), so that they do not all
 // come back together.
-func errStarting() error {
-	err := apierrors.NewServiceUnavailable("the hub is starting: its watch cache is loading")
+func errStarting() error { return errUnavailable("the hub is starting: its watch cache is loading") }
+
+// errUnavailable is 503 with the Retry-After of errStarting.
+func errUnavailable(msg string) error {
+	err := apierrors.NewServiceUnavailable(msg)
 	err.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: int32(1 + rand.IntN(4))}
 	return err
 }
@@ -247,6 +250,12 @@ func (s *Server) admitRequest(q *request, r *http.Request) bool {
 		return false
 	}
 	user, err := s.cfg.Authenticator.Authenticate(r)
+	if errors.Is(err, ErrCannotAuthenticateYet) {
+		// Not charged to the client: nothing is known to be wrong with it.
+		rr.reason = "Unauthenticated yet: " + err.Error()
+		s.writeError(rec, r, errUnavailable(err.Error()), nil)
+		return false
+	}
 	public := s.isPublic(path)
 	if err == nil && user != nil {
 		rr.user = user

@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -47,5 +48,38 @@ func TestStartingHubSpreadsItsClients(t *testing.T) {
 	}
 	if len(seen) < 2 {
 		t.Errorf("40 clients of a starting hub were all told to retry in the same time: %v", seen)
+	}
+}
+
+// notYetAuth cannot check credentials yet.
+type notYetAuth struct{ benchAuth }
+
+func (notYetAuth) Authenticate(*http.Request) (*UserInfo, error) {
+	return nil, fmt.Errorf("checking a certificate: %w", ErrCannotAuthenticateYet)
+}
+
+// TestHubThatCannotAuthenticateYet: a client the hub cannot check yet
+// (after a restart, before it has loaded its revocations) is told 503 and
+// when to come back, not 401 (its credentials are not known to be bad),
+// for a resource and for a device's tunnel alike.
+func TestHubThatCannotAuthenticateYet(t *testing.T) {
+	st, err := boltstore.Open(filepath.Join(t.TempDir(), "state.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s, err := New(Config{Store: st, Authenticator: notYetAuth{}, Authorizer: benchAuth{}, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/api/v1/pods", agentapi.PathTunnel} {
+		r := httptest.NewRequest(http.MethodGet, path, nil)
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		retry, _ := strconv.Atoi(w.Header().Get("Retry-After"))
+		if w.Code != http.StatusServiceUnavailable || retry < 1 || retry > 4 || !strings.Contains(w.Body.String(), "cannot check credentials yet") {
+			t.Errorf("GET %s from a client the hub cannot check yet: %d, Retry-After %q, %s; want 503 with a Retry-After of 1 to 4 s",
+				path, w.Code, w.Header().Get("Retry-After"), w.Body)
+		}
 	}
 }

@@ -240,6 +240,10 @@ func (v *Revocations) removeLocked(name string) {
 	}
 }
 
+// ErrRevocationsLoading is Check's answer while the first list has not
+// loaded: it cannot tell yet whether a certificate is revoked.
+var ErrRevocationsLoading = errors.New("the hub has not loaded its list of revoked certificates yet; retry in a moment")
+
 // MarkSynced says the list holds every revocation.
 func (v *Revocations) MarkSynced() { v.once.Do(func() { close(v.synced) }) }
 
@@ -260,7 +264,7 @@ func (v *Revocations) Check(user string, issuedAt time.Time) error {
 		select {
 		case <-v.synced:
 		case <-t.C:
-			return errors.New("the hub has not loaded its list of revoked certificates yet; retry in a moment")
+			return ErrRevocationsLoading
 		}
 	}
 	v.mu.RLock()
