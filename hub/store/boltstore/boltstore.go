@@ -221,12 +221,17 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 		meta := tx.Bucket(metaBucket)
 		switch f := meta.Get(metaFormat); {
-		case f == nil:
-			if err := meta.Put(metaFormat, []byte{recordFormat}); err != nil {
+		case len(f) == 1 && f[0] == fileFormat:
+		case f == nil || (len(f) == 1 && f[0] == formatPlain):
+			// New, or written before records were compressed: its plain
+			// records stay readable, and from now on it may hold
+			// compressed ones, which a hub that knows only plain ones
+			// must refuse.
+			if err := meta.Put(metaFormat, []byte{fileFormat}); err != nil {
 				return err
 			}
-		case len(f) != 1 || f[0] != recordFormat:
-			return fmt.Errorf("file format %v is not the supported %d (written by another version?)", f, recordFormat)
+		default:
+			return fmt.Errorf("file format %v is not one this hub reads (%d or older): written by a newer hub; run that version, or restore the data dir from a backup this version wrote", f, fileFormat)
 		}
 		rev = decodeRev(meta.Get(metaRev))
 		compacted = decodeRev(meta.Get(metaCompacted))

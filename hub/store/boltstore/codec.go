@@ -5,38 +5,111 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/klauspost/compress/zstd"
+
 	"flotilla.dev/flotilla/hub/store"
 )
 
 // On-disk records start with a format byte so that a later layout can be
-// told apart from this one instead of being misread.
-const recordFormat = 1
+// told apart from this one instead of being misread. Records of both
+// formats live side by side: a file written before values were
+// compressed is read as it is, and its records are rewritten compressed
+// as their keys change.
+const (
+	// formatPlain: the values follow the header as they are.
+	formatPlain = 1
+	// formatZstd: the values follow the header as one zstd frame. A
+	// fleet's state is JSON that repeats its field names in every object,
+	// and an update's event holds the object twice (before and after):
+	// compressed, a Lease renewal's event takes about a quarter of its
+	// size, and the file, which bbolt maps and the hub touches all of,
+	// shrinks by as much.
+	formatZstd = 2
+)
+
+// fileFormat is the meta bucket's format: the newest record format the
+// file may hold. A hub that knows only formatPlain refuses to open a file
+// of format 2 instead of misreading its records.
+const fileFormat = formatZstd
+
+// compressFrom: values shorter than this are written as they are; a zstd
+// frame's header and checksum would take more than they save.
+const compressFrom = 96
+
+// maxRecordValues bounds what a compressed record may say it expands to,
+// so that a damaged one cannot make the hub allocate without limit: a
+// value is at most the API's 3 MiB body, an event holds two.
+const maxRecordValues = 64 << 20
+
+// zstd's encoders and decoders are safe for concurrent EncodeAll and
+// DecodeAll. The fastest level: the store's writer compresses every write
+// on its one goroutine. A 1 MiB window holds any object the API accepts
+// (3 MiB bodies are rare; larger values compress as several blocks).
+var (
+	encoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest),
+		zstd.WithWindowSize(1<<20), zstd.WithLowerEncoderMem(true))
+	decoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0),
+		zstd.WithDecoderMaxMemory(maxRecordValues), zstd.WithDecoderLowmem(true))
+)
 
 // errCorrupt marks a record that cannot be decoded: the file was damaged or
 // written by an incompatible version.
 var errCorrupt = errors.New("corrupt record")
 
+// appendValues appends plain to the record in buf (whose first byte is
+// its format) compressed, when that is shorter.
+func appendValues(buf, plain []byte) []byte {
+	if len(plain) < compressFrom {
+		return append(buf, plain...)
+	}
+	head := len(buf)
+	buf = encoder.EncodeAll(plain, buf)
+	if len(buf)-head >= len(plain) {
+		return append(buf[:head], plain...)
+	}
+	buf[0] = formatZstd
+	return buf
+}
+
+// recordValues returns what follows a record's header of n bytes, expanded
+// when compressed; a plain record's aliases raw.
+func recordValues(raw []byte, n int) ([]byte, error) {
+	switch raw[0] {
+	case formatPlain:
+		return raw[n:], nil
+	case formatZstd:
+		v, err := decoder.DecodeAll(raw[n:], nil)
+		if err != nil {
+			return nil, fmt.Errorf("expanding a record of %d bytes: %w: %w", len(raw), errCorrupt, err)
+		}
+		return v, nil
+	}
+	return nil, fmt.Errorf("record of format %d: %w", raw[0], errCorrupt)
+}
+
 // objectHeader is format byte, create revision, mod revision.
 const objectHeader = 1 + 8 + 8
 
 func encodeObject(createRev, modRev int64, value []byte) []byte {
-	buf := make([]byte, objectHeader+len(value))
-	buf[0] = recordFormat
+	buf := make([]byte, objectHeader, objectHeader+len(value))
+	buf[0] = formatPlain
 	binary.BigEndian.PutUint64(buf[1:9], uint64(createRev))
 	binary.BigEndian.PutUint64(buf[9:17], uint64(modRev))
-	copy(buf[objectHeader:], value)
-	return buf
+	return appendValues(buf, value)
 }
 
-// decodeObject returns the revisions and the value; the value aliases raw,
-// so callers that keep it past the transaction copy it.
+// decodeObject returns the revisions and the value; a plain record's value
+// aliases raw, so callers that keep it past the transaction copy it.
 func decodeObject(raw []byte) (createRev, modRev int64, value []byte, err error) {
-	if len(raw) < objectHeader || raw[0] != recordFormat {
+	if len(raw) < objectHeader {
 		return 0, 0, nil, fmt.Errorf("object record of %d bytes: %w", len(raw), errCorrupt)
+	}
+	if value, err = recordValues(raw, objectHeader); err != nil {
+		return 0, 0, nil, fmt.Errorf("object record: %w", err)
 	}
 	createRev = int64(binary.BigEndian.Uint64(raw[1:9]))
 	modRev = int64(binary.BigEndian.Uint64(raw[9:17]))
-	return createRev, modRev, raw[objectHeader:], nil
+	return createRev, modRev, value, nil
 }
 
 func encodeRev(rev int64) []byte {
@@ -55,11 +128,14 @@ func decodeRev(b []byte) int64 {
 // Event record layout:
 //
 //	format(1) type(1) flags(1) createRev(8) prevModRev(8)
-//	uvarint len(key) key  uvarint len(value) value  prev...
+//	uvarint len(key) key  values
 //
-// The revision of the event is its key in the events bucket. A delete stores
-// the removed value once, as value; an update stores both values; a creation
-// has no previous value.
+// where values is "uvarint len(value) value prev...", compressed in a
+// record of formatZstd; the key never is, so that a replay can skip
+// events of other prefixes without expanding them. The revision of the
+// event is its key in the events bucket. A delete stores the removed value
+// once, as value; an update stores both values; a creation has no previous
+// value.
 const (
 	eventHeader = 1 + 1 + 1 + 8 + 8
 
@@ -88,30 +164,27 @@ func encodeEvent(e eventRecord) []byte {
 	if hasPrev {
 		flags |= flagHasPrev
 	}
-	n := eventHeader + 2*binary.MaxVarintLen64 + len(e.Key) + len(e.Value)
+	values := make([]byte, 0, binary.MaxVarintLen64+len(e.Value)+len(e.PrevValue))
+	values = binary.AppendUvarint(values, uint64(len(e.Value)))
+	values = append(values, e.Value...)
 	if hasPrev {
-		n += len(e.PrevValue)
+		values = append(values, e.PrevValue...)
 	}
-	buf := make([]byte, eventHeader, n)
-	buf[0] = recordFormat
+	buf := make([]byte, eventHeader, eventHeader+binary.MaxVarintLen64+len(e.Key)+len(values))
+	buf[0] = formatPlain
 	buf[1] = byte(e.Type)
 	buf[2] = flags
 	binary.BigEndian.PutUint64(buf[3:11], uint64(e.CreateRev))
 	binary.BigEndian.PutUint64(buf[11:19], uint64(e.PrevModRev))
 	buf = binary.AppendUvarint(buf, uint64(len(e.Key)))
 	buf = append(buf, e.Key...)
-	buf = binary.AppendUvarint(buf, uint64(len(e.Value)))
-	buf = append(buf, e.Value...)
-	if hasPrev {
-		buf = append(buf, e.PrevValue...)
-	}
-	return buf
+	return appendValues(buf, values)
 }
 
 // eventKey returns just the key of an event record, so that a replay can
 // skip events outside its prefix without copying their values.
 func eventKey(raw []byte) ([]byte, error) {
-	if len(raw) < eventHeader || raw[0] != recordFormat {
+	if len(raw) < eventHeader || (raw[0] != formatPlain && raw[0] != formatZstd) {
 		return nil, fmt.Errorf("event record of %d bytes: %w", len(raw), errCorrupt)
 	}
 	rest := raw[eventHeader:]
@@ -139,18 +212,25 @@ func decodeEvent(raw []byte) (eventRecord, error) {
 	if e.Type != store.EventPut && e.Type != store.EventDelete {
 		return eventRecord{}, fmt.Errorf("event record type %d: %w", raw[1], errCorrupt)
 	}
-	rest := raw[eventHeader:]
-	_, n := binary.Uvarint(rest)
-	rest = rest[n+len(key):]
+	_, n := binary.Uvarint(raw[eventHeader:])
+	rest, err := recordValues(raw, eventHeader+n+len(key))
+	if err != nil {
+		return eventRecord{}, fmt.Errorf("event record: %w", err)
+	}
+	if raw[0] == formatPlain {
+		// Aliases the memory map; an expanded record is the event's own.
+		rest = clone(rest)
+	}
 	vl, n := binary.Uvarint(rest)
 	if n <= 0 || uint64(len(rest)-n) < vl {
 		return eventRecord{}, fmt.Errorf("event record value length: %w", errCorrupt)
 	}
-	e.Value = clone(rest[n : n+int(vl)])
-	rest = rest[n+int(vl):]
+	end := n + int(vl)
+	e.Value = rest[n:end:end]
+	rest = rest[end:]
 	switch {
 	case raw[2]&flagHasPrev != 0:
-		e.PrevValue = clone(rest)
+		e.PrevValue = rest
 	case len(rest) != 0:
 		return eventRecord{}, fmt.Errorf("event record has %d trailing bytes: %w", len(rest), errCorrupt)
 	case e.Type == store.EventDelete:

@@ -9,6 +9,12 @@
 //   - meta: the revision the file holds every write through, the
 //     compacted revision, and the file format.
 //
+// Records of more than a few dozen bytes hold their values compressed
+// (zstd, one frame for an event's two versions): a fleet's JSON repeats
+// its field names in every object and an update repeats the object, and
+// bbolt maps the whole file into the hub's memory. Records written before
+// (file format 1) are read as they are.
+//
 // One goroutine owns writing: concurrent writers queue and share commits
 // (group commit), so throughput grows with concurrency while each writer
 // still gets its own result (a failed precondition fails only that

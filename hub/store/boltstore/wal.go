@@ -29,6 +29,9 @@ import (
 // a crash (the last one; nothing is appended before the one before it was
 // synced) is told apart from a complete one.
 const (
+	// walFormat is the format byte of a log record (its events are event
+	// records, each with a format of its own).
+	walFormat       = 1
 	walRecordHeader = 4 + 4
 	walSuffix       = ".log"
 	// walMaxRecord bounds what recovery allocates for one record's length
@@ -118,7 +121,7 @@ func (w *wal) startSegment(first int64) error {
 // first, into buf.
 func encodeWALRecord(buf []byte, first int64, events [][]byte) []byte {
 	buf = append(buf[:0], make([]byte, walRecordHeader)...)
-	buf = append(buf, recordFormat)
+	buf = append(buf, walFormat)
 	buf = binary.BigEndian.AppendUint64(buf, uint64(first))
 	buf = binary.AppendUvarint(buf, uint64(len(events)))
 	for _, e := range events {
@@ -302,8 +305,8 @@ func nextWALRecord(data []byte) ([]byte, int, error) {
 }
 
 func walRecordEvents(p []byte, fn func(rev int64, raw []byte) error) error {
-	if len(p) < 1+8 || p[0] != recordFormat {
-		return fmt.Errorf("log record of %d bytes is not of format %d: %w", len(p), recordFormat, errLogDamaged)
+	if len(p) < 1+8 || p[0] != walFormat {
+		return fmt.Errorf("log record of %d bytes is not of format %d: %w", len(p), walFormat, errLogDamaged)
 	}
 	first := int64(binary.BigEndian.Uint64(p[1:9]))
 	p = p[9:]
