@@ -252,7 +252,7 @@ func (s *Server) admitRequest(q *request, r *http.Request) bool {
 	user, err := s.cfg.Authenticator.Authenticate(r)
 	if errors.Is(err, ErrCannotAuthenticateYet) {
 		// Not charged to the client: nothing is known to be wrong with it.
-		rr.reason = "Unauthenticated yet: " + err.Error()
+		rr.reason = err.Error()
 		s.writeError(rec, r, errUnavailable(err.Error()), nil)
 		return false
 	}
