@@ -46,11 +46,20 @@ const maxRecordValues = 64 << 20
 // on its one goroutine. A 1 MiB window holds any object the API accepts
 // (3 MiB bodies are rare; larger values compress as several blocks).
 var (
-	encoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest),
-		zstd.WithWindowSize(1<<20), zstd.WithLowerEncoderMem(true))
-	decoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0),
-		zstd.WithDecoderMaxMemory(maxRecordValues), zstd.WithDecoderLowmem(true))
+	encoder = mustZstd(zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest),
+		zstd.WithWindowSize(1<<20), zstd.WithLowerEncoderMem(true)))
+	decoder = mustZstd(zstd.NewReader(nil, zstd.WithDecoderConcurrency(0),
+		zstd.WithDecoderMaxMemory(maxRecordValues), zstd.WithDecoderLowmem(true)))
 )
+
+// mustZstd: zstd refuses only options out of range, and these are
+// constants.
+func mustZstd[T any](v T, err error) T {
+	if err != nil {
+		panic("boltstore: zstd options: " + err.Error())
+	}
+	return v
+}
 
 // errCorrupt marks a record that cannot be decoded: the file was damaged or
 // written by an incompatible version.
