@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -182,6 +184,9 @@ func TestTokenAndKubeconfigCommands(t *testing.T) {
 		}
 		raw = append(raw, b...)
 	}
+	// The store compresses its records (zstd): what is at rest is what
+	// the files hold and what their frames expand to.
+	raw = append(raw, expandZstdFrames(raw)...)
 	if !bytes.Contains(raw, []byte("plain-marker-")) {
 		t.Fatal("state.db and state.wal/ do not hold the config map written just before: the check reads the wrong files")
 	}
@@ -193,5 +198,25 @@ func TestTokenAndKubeconfigCommands(t *testing.T) {
 	key, err := os.Stat(filepath.Join(dir, "pki", "secrets.key"))
 	if err != nil || key.Mode().Perm() != 0o600 {
 		t.Errorf("secrets.key mode %v (%v), want 0600", key.Mode().Perm(), err)
+	}
+}
+
+// expandZstdFrames returns what every zstd frame in b expands to.
+func expandZstdFrames(b []byte) []byte {
+	magic := []byte{0x28, 0xb5, 0x2f, 0xfd}
+	var out []byte
+	for i := 0; ; {
+		j := bytes.Index(b[i:], magic)
+		if j < 0 {
+			return out
+		}
+		i += j
+		if d, err := zstd.NewReader(bytes.NewReader(b[i:]), zstd.WithDecoderConcurrency(1)); err == nil {
+			var frame bytes.Buffer
+			_, _ = io.Copy(&frame, io.LimitReader(d, 16<<20)) // up to the first error: the frame's end
+			d.Close()
+			out = append(out, frame.Bytes()...)
+		}
+		i += len(magic)
 	}
 }
