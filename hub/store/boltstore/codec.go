@@ -65,19 +65,20 @@ func mustZstd[T any](v T, err error) T {
 // written by an incompatible version.
 var errCorrupt = errors.New("corrupt record")
 
-// appendValues appends plain to the record in buf (whose first byte is
-// its format) compressed, when that is shorter.
-func appendValues(buf, plain []byte) []byte {
-	if len(plain) < compressFrom {
-		return append(buf, plain...)
+// compressed returns the plain record rec (whose first byte is its
+// format) with what follows its first n bytes compressed, when that is
+// shorter; otherwise rec. A record is built plain in one buffer, so a
+// small one costs no second.
+func compressed(rec []byte, n int) []byte {
+	if len(rec)-n < compressFrom {
+		return rec
 	}
-	head := len(buf)
-	buf = encoder.EncodeAll(plain, buf)
-	if len(buf)-head >= len(plain) {
-		return append(buf[:head], plain...)
+	out := encoder.EncodeAll(rec[n:], append(make([]byte, 0, n+(len(rec)-n)/2), rec[:n]...))
+	if len(out) >= len(rec) {
+		return rec
 	}
-	buf[0] = formatZstd
-	return buf
+	out[0] = formatZstd
+	return out
 }
 
 // recordValues returns what follows a record's header of n bytes, expanded
@@ -104,7 +105,7 @@ func encodeObject(createRev, modRev int64, value []byte) []byte {
 	buf[0] = formatPlain
 	binary.BigEndian.PutUint64(buf[1:9], uint64(createRev))
 	binary.BigEndian.PutUint64(buf[9:17], uint64(modRev))
-	return appendValues(buf, value)
+	return compressed(append(buf, value...), objectHeader)
 }
 
 // decodeObject returns the revisions and the value; a plain record's value
@@ -173,13 +174,11 @@ func encodeEvent(e eventRecord) []byte {
 	if hasPrev {
 		flags |= flagHasPrev
 	}
-	values := make([]byte, 0, binary.MaxVarintLen64+len(e.Value)+len(e.PrevValue))
-	values = binary.AppendUvarint(values, uint64(len(e.Value)))
-	values = append(values, e.Value...)
+	n := eventHeader + 2*binary.MaxVarintLen64 + len(e.Key) + len(e.Value)
 	if hasPrev {
-		values = append(values, e.PrevValue...)
+		n += len(e.PrevValue)
 	}
-	buf := make([]byte, eventHeader, eventHeader+binary.MaxVarintLen64+len(e.Key)+len(values))
+	buf := make([]byte, eventHeader, n)
 	buf[0] = formatPlain
 	buf[1] = byte(e.Type)
 	buf[2] = flags
@@ -187,7 +186,13 @@ func encodeEvent(e eventRecord) []byte {
 	binary.BigEndian.PutUint64(buf[11:19], uint64(e.PrevModRev))
 	buf = binary.AppendUvarint(buf, uint64(len(e.Key)))
 	buf = append(buf, e.Key...)
-	return appendValues(buf, values)
+	values := len(buf)
+	buf = binary.AppendUvarint(buf, uint64(len(e.Value)))
+	buf = append(buf, e.Value...)
+	if hasPrev {
+		buf = append(buf, e.PrevValue...)
+	}
+	return compressed(buf, values)
 }
 
 // eventKey returns just the key of an event record, so that a replay can

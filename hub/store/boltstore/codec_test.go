@@ -161,43 +161,35 @@ func TestOpensPlainFile(t *testing.T) {
 	}
 	plain := 0
 	err = db.Update(func(tx *bolt.Tx) error {
-		objs, evs := tx.Bucket(objectsBucket), tx.Bucket(eventsBucket)
-		type kv struct{ k, v []byte }
-		var rewrites []kv
-		_ = objs.ForEach(func(k, raw []byte) error {
-			_, _, v, err := decodeObject(raw)
-			if err != nil {
-				return err
+		// Each record again, its values as they expand, under format 1.
+		for _, b := range []struct {
+			name   []byte
+			values func(raw []byte) int // where the values start
+		}{
+			{objectsBucket, func([]byte) int { return objectHeader }},
+			{eventsBucket, func(raw []byte) int {
+				key, _ := eventKey(raw)
+				return eventHeader + uvarintLen(len(key)) + len(key)
+			}},
+		} {
+			bucket := tx.Bucket(b.name)
+			old := map[string][]byte{}
+			_ = bucket.ForEach(func(k, raw []byte) error {
+				old[string(k)] = bytes.Clone(raw)
+				return nil
+			})
+			for k, raw := range old {
+				n := b.values(raw)
+				values, err := recordValues(raw, n)
+				if err != nil {
+					return err
+				}
+				rec := append(append([]byte{formatPlain}, raw[1:n]...), values...)
+				if err := bucket.Put([]byte(k), rec); err != nil {
+					return err
+				}
+				plain++
 			}
-			rec := append([]byte{formatPlain}, raw[1:objectHeader]...)
-			rewrites = append(rewrites, kv{append([]byte("o"), k...), append(rec, v...)})
-			return nil
-		})
-		_ = evs.ForEach(func(k, raw []byte) error {
-			e, err := decodeEvent(raw)
-			if err != nil {
-				return err
-			}
-			rec := append([]byte{formatPlain}, raw[1:eventHeader]...)
-			rec = binary.AppendUvarint(rec, uint64(len(e.Key)))
-			rec = append(rec, e.Key...)
-			rec = binary.AppendUvarint(rec, uint64(len(e.Value)))
-			rec = append(rec, e.Value...)
-			if raw[2]&flagHasPrev != 0 {
-				rec = append(rec, e.PrevValue...)
-			}
-			rewrites = append(rewrites, kv{append([]byte("e"), k...), rec})
-			return nil
-		})
-		for _, r := range rewrites {
-			b := objs
-			if r.k[0] == 'e' {
-				b = evs
-			}
-			if err := b.Put(r.k[1:], r.v); err != nil {
-				return err
-			}
-			plain++
 		}
 		return tx.Bucket(metaBucket).Put(metaFormat, []byte{formatPlain})
 	})
@@ -266,3 +258,5 @@ func TestOpensPlainFile(t *testing.T) {
 		t.Errorf("opening a file of a newer format: %v, want refused", err)
 	}
 }
+
+func uvarintLen(n int) int { return len(binary.AppendUvarint(nil, uint64(n))) }
