@@ -18,16 +18,7 @@ import (
 // answers 503 with a Retry-After of 1 to 4 seconds, for a resource and
 // for a device's watches stream alike, and not the same to everyone.
 func TestStartingHubSpreadsItsClients(t *testing.T) {
-	st, err := boltstore.Open(filepath.Join(t.TempDir(), "state.db"), boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	// Never run: never ready.
-	s, err := New(Config{Store: st, Authenticator: benchAuth{}, Authorizer: benchAuth{}, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := startingServer(t, benchAuth{})
 	seen := map[string]int{}
 	for i := range 40 {
 		r := httptest.NewRequest(http.MethodGet, "/api/v1/pods", nil)
@@ -63,15 +54,7 @@ func (notYetAuth) Authenticate(*http.Request) (*UserInfo, error) {
 // when to come back, not 401 (its credentials are not known to be bad),
 // for a resource and for a device's tunnel alike.
 func TestHubThatCannotAuthenticateYet(t *testing.T) {
-	st, err := boltstore.Open(filepath.Join(t.TempDir(), "state.db"), boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	s, err := New(Config{Store: st, Authenticator: notYetAuth{}, Authorizer: benchAuth{}, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := startingServer(t, notYetAuth{})
 	for _, path := range []string{"/api/v1/pods", agentapi.PathTunnel} {
 		r := httptest.NewRequest(http.MethodGet, path, nil)
 		w := httptest.NewRecorder()
@@ -82,4 +65,20 @@ func TestHubThatCannotAuthenticateYet(t *testing.T) {
 				path, w.Code, w.Header().Get("Retry-After"), w.Body)
 		}
 	}
+}
+
+// startingServer is a server on a store of its own that is never run, so
+// never ready: a hub still loading its cache.
+func startingServer(t *testing.T, authn Authenticator) *Server {
+	t.Helper()
+	st, err := boltstore.Open(filepath.Join(t.TempDir(), "state.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	s, err := New(Config{Store: st, Authenticator: authn, Authorizer: benchAuth{}, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
